@@ -1,0 +1,36 @@
+# Two entry points (README): `make demo` runs the main job, `make test` runs lint + tests.
+# Each installs the project into a local virtual environment (.venv) first.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+# Extra pip arguments, e.g. PIP_ARGS="--index-url https://download.pytorch.org/whl/cpu"
+# for a CPU-only torch on a machine without an NVIDIA GPU.
+PIP_ARGS ?=
+DEMO_DIR ?= runs/demo-cartpole
+
+.PHONY: demo test lint format clean install
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check $(PIP_ARGS) -e '.[export,dev]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/orin-rl train --env CartPole-v1 --device cpu --out $(DEMO_DIR) --overwrite
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+test: lint
+	$(PY) -m pytest -q
+
+format: $(STAMP)
+	$(VENV)/bin/ruff check --fix .
+	$(VENV)/bin/ruff format .
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache .ruff_cache

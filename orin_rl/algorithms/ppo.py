@@ -1,0 +1,186 @@
+"""Proximal Policy Optimisation (clipped surrogate) over a RolloutBuffer.
+
+The trainer calls four verbs and nothing else: ``act``, ``process_env_step``,
+``compute_returns``, ``update``.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from orin_rl.buffers import RolloutBuffer, Transition
+from orin_rl.config import PPOConfig
+from orin_rl.envs import StepResult
+from orin_rl.models import ActorCritic
+
+
+def clipped_surrogate_loss(
+    logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor, clip: float
+) -> torch.Tensor:
+    """PPO policy loss: mean of max(-A * r, -A * clip(r, 1 - eps, 1 + eps)), r = pi / pi_old."""
+    ratio = torch.exp(logprobs - old_logprobs)
+    unclipped = -advantages * ratio
+    clipped = -advantages * torch.clamp(ratio, 1.0 - clip, 1.0 + clip)
+    return torch.max(unclipped, clipped).mean()
+
+
+def value_loss(
+    values: torch.Tensor,
+    old_values: torch.Tensor,
+    returns: torch.Tensor,
+    clip: float | None,
+) -> torch.Tensor:
+    """0.5 * mean squared error to ``returns``; with ``clip``, the pessimistic clipped form.
+
+    Clipped: 0.5 * mean(max((V - R)^2, (V_old + clip(V - V_old, -c, c) - R)^2)).
+    """
+    unclipped = (values - returns).square()
+    if clip is None:
+        return 0.5 * unclipped.mean()
+    clipped_values = old_values + torch.clamp(values - old_values, -clip, clip)
+    return 0.5 * torch.max(unclipped, (clipped_values - returns).square()).mean()
+
+
+def approx_kl(logprobs: torch.Tensor, old_logprobs: torch.Tensor) -> torch.Tensor:
+    """Low-variance KL(old || new) estimator: mean((r - 1) - log r) (Schulman, 2020)."""
+    log_ratio = logprobs - old_logprobs
+    return ((torch.exp(log_ratio) - 1.0) - log_ratio).mean()
+
+
+LOSS_NAMES = ("policy", "value", "entropy", "approx_kl", "clip_fraction")
+
+
+class PPO:
+    """PPO with GAE, clipped value loss, entropy bonus, LR annealing and KL early stop."""
+
+    def __init__(
+        self,
+        policy: ActorCritic,
+        buffer: RolloutBuffer,
+        cfg: PPOConfig,
+        num_iterations: int,
+        device: torch.device,
+    ):
+        self.policy = policy
+        self.buffer = buffer
+        self.cfg = cfg
+        self.num_iterations = num_iterations
+        self.device = device
+        # The fused kernel (CPU and CUDA) does the whole Adam step in one op: on a small policy
+        # the per-parameter loop of the default implementation costs more than the maths.
+        self.optimizer = torch.optim.Adam(
+            policy.parameters(), lr=cfg.learning_rate, eps=1e-5, fused=True
+        )
+        self.iteration = 0
+        self.transition = Transition()
+
+    # ----------------------------------------------------------------- rollout verbs
+    @torch.inference_mode()
+    def act(self, obs: torch.Tensor) -> torch.Tensor:
+        """Sample actions for raw ``obs`` (num_envs, *obs_shape) and remember the step."""
+        obs = self.policy.normalize(obs, update=True)
+        actions, logprobs, values = self.policy.act(obs)
+        self.transition.obs = obs
+        self.transition.actions = actions
+        self.transition.logprobs = logprobs
+        self.transition.values = values
+        return actions
+
+    @torch.inference_mode()
+    def process_env_step(self, step: StepResult) -> None:
+        """Record the env's answer to the last ``act`` and store the transition."""
+        t = self.transition
+        t.rewards = step.reward
+        t.terminated = step.terminated
+        t.episode_end = step.terminated | step.truncated
+        # Truncated episodes bootstrap from V(true final observation); terminated ones do not.
+        bootstrap = torch.zeros_like(step.reward)
+        cut = step.truncated & ~step.terminated
+        if cut.any():
+            final = self.policy.normalize(step.final_obs[cut])
+            bootstrap[cut] = self.policy.value(final)
+        t.bootstrap_values = bootstrap
+        self.buffer.add(t)
+        t.clear()
+
+    @torch.inference_mode()
+    def compute_returns(self, last_obs: torch.Tensor) -> None:
+        """GAE advantages and returns for the finished rollout, bootstrapped from ``last_obs``."""
+        last_values = self.policy.value(self.policy.normalize(last_obs))
+        self.buffer.compute_returns(
+            last_values, self.cfg.gamma, self.cfg.gae_lambda, self.cfg.normalize_advantage
+        )
+
+    # ------------------------------------------------------------------ update verb
+    def learning_rate(self) -> float:
+        """Learning rate for the current iteration (linear decay to 0 when annealing)."""
+        if not self.cfg.anneal_lr:
+            return self.cfg.learning_rate
+        frac = 1.0 - self.iteration / max(self.num_iterations, 1)
+        return self.cfg.learning_rate * max(frac, 0.0)
+
+    def update(self) -> dict[str, float]:
+        """Epochs of minibatch gradient steps on the rollout; returns mean losses."""
+        cfg = self.cfg
+        lr = self.learning_rate()
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        # Loss sums stay on the device; one host read at the end of the update.
+        sums = torch.zeros(len(LOSS_NAMES), device=self.device)
+        num_updates = 0
+        epochs_done = 0
+        kl_index = LOSS_NAMES.index("approx_kl")
+        for i, mb in enumerate(self.buffer.minibatches(cfg.num_epochs)):
+            sums += torch.stack(self._minibatch_step(mb)).detach()
+            num_updates += 1
+            if (i + 1) % self.buffer.num_minibatches == 0:
+                epochs_done += 1
+                if (
+                    cfg.target_kl is not None
+                    and sums[kl_index].item() / num_updates > cfg.target_kl
+                ):
+                    break
+        self.buffer.clear()
+        self.iteration += 1
+        means = (sums / num_updates).tolist()
+        stats = {f"losses/{name}": value for name, value in zip(LOSS_NAMES, means, strict=True)}
+        stats["losses/epochs"] = float(epochs_done)
+        stats["charts/learning_rate"] = lr
+        return stats
+
+    def _minibatch_step(self, mb) -> tuple[torch.Tensor, ...]:
+        cfg = self.cfg
+        logprobs, entropy, values = self.policy.evaluate(mb.obs, mb.actions)
+        # mb.advantages were normalised over the whole rollout in compute_returns when asked.
+        pg_loss = clipped_surrogate_loss(logprobs, mb.logprobs, mb.advantages, cfg.clip_coef)
+        v_loss = value_loss(
+            values, mb.values, mb.returns, cfg.clip_coef if cfg.clip_value_loss else None
+        )
+        ent = entropy.mean()
+        loss = pg_loss - cfg.ent_coef * ent + cfg.vf_coef * v_loss
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        nn.utils.clip_grad_norm_(self.policy.parameters(), cfg.max_grad_norm)
+        self.optimizer.step()
+        with torch.no_grad():
+            kl = approx_kl(logprobs, mb.logprobs)
+            clip_frac = (
+                ((logprobs - mb.logprobs).exp().sub(1.0).abs() > cfg.clip_coef).float().mean()
+            )
+        return pg_loss, v_loss, ent, kl, clip_frac
+
+    # ------------------------------------------------------------------ checkpoints
+    def state_dict(self) -> dict:
+        """Policy, optimizer and iteration counter."""
+        return {
+            "policy": self.policy.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "iteration": self.iteration,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore what ``state_dict`` saved."""
+        self.policy.load_state_dict(state["policy"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.iteration = int(state["iteration"])

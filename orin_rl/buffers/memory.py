@@ -1,0 +1,106 @@
+"""Where buffer storage lives, and one allocation path for every placement.
+
+Placements: ``host`` (numpy), ``device`` (CUDA memory via torch), ``pinned`` (page-locked host
+memory via torch), ``managed`` (CUDA unified memory via Numba). Torch sees each zero-copy and
+Numba gets a view made once at allocation (``Storage.view``).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from orin_rl.errors import OrinError
+
+log = logging.getLogger(__name__)
+
+PLACEMENTS = ("host", "device", "pinned", "managed")
+
+
+class PlacementError(OrinError, ValueError):
+    """A placement cannot be used on this machine or for this request."""
+
+
+@dataclass
+class Storage:
+    """A tensor and the Numba view of the same memory."""
+
+    tensor: torch.Tensor
+    """The torch tensor (zero-copy over the placement's memory)."""
+    view: Any
+    """Numba view for kernels: numpy array on host memory, device array on CUDA memory."""
+    placement: str
+    """Where the memory lives."""
+
+
+def cuda_simulated() -> bool:
+    """True when Numba runs CUDA kernels through its simulator (``NUMBA_ENABLE_CUDASIM=1``)."""
+    from numba import config
+
+    return bool(config.ENABLE_CUDASIM)
+
+
+def resolve_placement(placement: str, device: torch.device) -> tuple[str, str]:
+    """Return (placement, reason) for a requested placement and the learner's device."""
+    if placement not in ("auto", *PLACEMENTS):
+        raise PlacementError(
+            f"unknown buffer placement {placement!r}; choose auto, {', '.join(PLACEMENTS)}"
+        )
+    if placement == "auto":
+        if device.type == "cuda":
+            return "device", "learner on CUDA: buffer in device memory next to the learner"
+        return "host", "learner on the CPU: buffer in host memory"
+    if placement in ("device", "managed") and device.type != "cuda":
+        raise PlacementError(
+            f"buffer placement {placement!r} needs a CUDA learner; use --device cuda or "
+            "--set buffer.placement=host"
+        )
+    if placement == "managed" and cuda_simulated():
+        return "host", "Numba CUDA simulator has no managed memory: falling back to host"
+    if placement == "pinned" and not torch.cuda.is_available():
+        return "host", "pinned memory needs CUDA: falling back to host"
+    return placement, "requested explicitly"
+
+
+def allocate(
+    shape: tuple[int, ...], dtype: torch.dtype, placement: str, device: torch.device
+) -> Storage:
+    """Allocate zeroed storage of ``shape``/``dtype`` in a resolved ``placement``."""
+    if placement == "host":
+        tensor = torch.zeros(shape, dtype=dtype)
+        return Storage(tensor, tensor.numpy(), placement)
+    if placement == "pinned":
+        tensor = torch.zeros(shape, dtype=dtype, pin_memory=True)
+        return Storage(tensor, tensor.numpy(), placement)
+    if placement == "device":
+        from numba import cuda
+
+        tensor = torch.zeros(shape, dtype=dtype, device=device)
+        return Storage(tensor, cuda.as_cuda_array(tensor), placement)
+    if placement == "managed":
+        return _allocate_managed(shape, dtype, device)
+    raise PlacementError(f"unknown buffer placement {placement!r}")
+
+
+def _allocate_managed(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> Storage:
+    from numba import cuda
+
+    np_dtype = torch.empty((), dtype=dtype).numpy().dtype
+    nbytes = int(np.prod(shape)) * np_dtype.itemsize
+    free, _total = torch.cuda.mem_get_info(device)
+    # Over-asking managed memory can hang a GPU: keep a margin below what is free.
+    if nbytes > 0.8 * free:
+        raise PlacementError(
+            f"managed buffer of {nbytes / 2**20:.0f} MiB does not fit in 80% of the "
+            f"{free / 2**20:.0f} MiB free on {device}; lower num_envs/num_steps or use "
+            "--set buffer.placement=device"
+        )
+    with cuda.gpus[device.index or 0]:
+        array = cuda.managed_array(shape, dtype=np_dtype)
+    tensor = torch.as_tensor(array, device=device)
+    tensor.zero_()
+    return Storage(tensor, array, "managed")

@@ -1,0 +1,239 @@
+"""On-policy rollout storage: allocated once, written a step at a time, read as minibatches."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import torch
+
+from orin_rl.buffers import memory, ops
+
+log = logging.getLogger(__name__)
+
+
+class BufferOverflowError(RuntimeError):
+    """More steps were added than the buffer holds."""
+
+
+@dataclass
+class Transition:
+    """One batched environment step, filled by the algorithm across act / process_env_step."""
+
+    obs: torch.Tensor | None = None
+    """(num_envs, *obs_shape) observation the action was taken in (normalised if enabled)."""
+    actions: torch.Tensor | None = None
+    """(num_envs, *action_shape) sampled actions."""
+    logprobs: torch.Tensor | None = None
+    """(num_envs,) log pi(a|s) at sampling time."""
+    values: torch.Tensor | None = None
+    """(num_envs,) V(s) at sampling time."""
+    rewards: torch.Tensor | None = None
+    """(num_envs,) rewards."""
+    terminated: torch.Tensor | None = None
+    """(num_envs,) bool terminal state reached."""
+    episode_end: torch.Tensor | None = None
+    """(num_envs,) bool terminated or truncated."""
+    bootstrap_values: torch.Tensor | None = None
+    """(num_envs,) V(final obs) where truncated, 0 elsewhere."""
+
+    def clear(self) -> None:
+        """Drop every field (the algorithm refills it each step)."""
+        for name in self.__dataclass_fields__:
+            setattr(self, name, None)
+
+
+@dataclass
+class Batch:
+    """A minibatch of flattened transitions (``mb_`` tensors in the update)."""
+
+    obs: torch.Tensor
+    """(minibatch, *obs_shape)"""
+    actions: torch.Tensor
+    """(minibatch, *action_shape)"""
+    logprobs: torch.Tensor
+    """(minibatch,) log-probabilities at sampling time."""
+    values: torch.Tensor
+    """(minibatch,) values at sampling time."""
+    advantages: torch.Tensor
+    """(minibatch,) GAE advantages (normalised if asked)."""
+    returns: torch.Tensor
+    """(minibatch,) value targets: advantages + values, before normalisation."""
+
+
+# Fields stored per step (name, per-env shape key, dtype key).
+_STEP_FIELDS = (
+    "obs",
+    "actions",
+    "logprobs",
+    "values",
+    "rewards",
+    "terminated",
+    "episode_end",
+    "bootstrap_values",
+)
+_BATCH_FIELDS = ("obs", "actions", "logprobs", "values", "advantages", "returns")
+
+
+class RolloutBuffer:
+    """Time-major (num_steps, num_envs, ...) storage for PPO, placed by ``memory.allocate``.
+
+    Host placements write steps and gather minibatches with the Numba ``@njit`` kernels;
+    device placements gather with the ``@cuda.jit`` kernel and write steps with torch copies.
+    GAE and advantage normalisation run the kernels of the storage's device.
+    """
+
+    def __init__(
+        self,
+        num_steps: int,
+        num_envs: int,
+        obs_shape: tuple[int, ...],
+        action_shape: tuple[int, ...],
+        action_dtype: torch.dtype,
+        device: torch.device | str = "cpu",
+        placement: str = "auto",
+        num_minibatches: int = 1,
+    ):
+        self.num_steps = num_steps
+        self.num_envs = num_envs
+        self.device = torch.device(device)
+        self.placement, self.placement_reason = memory.resolve_placement(placement, self.device)
+        log.info("rollout buffer placement: %s (%s)", self.placement, self.placement_reason)
+        self.batch_size = num_steps * num_envs
+        if self.batch_size % num_minibatches:
+            raise ValueError(
+                f"num_minibatches={num_minibatches} does not divide the batch {self.batch_size}"
+            )
+        self.num_minibatches = num_minibatches
+        self.minibatch_size = self.batch_size // num_minibatches
+        self.step = 0
+
+        f32, boolean = torch.float32, torch.bool
+        per_env = {
+            "obs": (tuple(obs_shape), f32),
+            "actions": (tuple(action_shape), action_dtype),
+            "logprobs": ((), f32),
+            "values": ((), f32),
+            "rewards": ((), f32),
+            "terminated": ((), boolean),
+            "episode_end": ((), boolean),
+            "bootstrap_values": ((), f32),
+            "next_values": ((), f32),
+            "advantages": ((), f32),
+            "returns": ((), f32),
+        }
+        self._store: dict[str, memory.Storage] = {}
+        for name, (shape, dtype) in per_env.items():
+            self._store[name] = memory.allocate(
+                (num_steps, num_envs, *shape), dtype, self.placement, self.device
+            )
+        # Flattened (batch, feature) Numba views for the step write and the gather kernels.
+        self._flat_views = {
+            name: ops.numba_view(s.tensor.view(self.batch_size, -1))
+            for name, s in self._store.items()
+        }
+        self._step_views = {
+            name: ops.numba_view(s.tensor.view(num_steps, -1)) for name, s in self._store.items()
+        }
+        # Minibatch slots, reused every epoch: slot j holds minibatch j of the current epoch.
+        self._slots: dict[str, torch.Tensor] = {}
+        self._slot_views: dict[str, list] = {}
+        for name in _BATCH_FIELDS:
+            src = self._store[name].tensor
+            slot = torch.zeros(
+                (num_minibatches, self.minibatch_size, *src.shape[2:]),
+                dtype=src.dtype,
+                device=self.storage_device,
+            )
+            self._slots[name] = slot
+            self._slot_views[name] = [
+                ops.numba_view(slot[j].view(self.minibatch_size, -1))
+                for j in range(num_minibatches)
+            ]
+        self._perm = torch.zeros(self.batch_size, dtype=torch.int64, device=self.storage_device)
+        self._perm_view = ops.numba_view(self._perm)
+        self._advantages_view = ops.numba_view(self._store["advantages"].tensor.view(-1))
+
+    @property
+    def storage_device(self) -> torch.device:
+        """Device of the tensors (CPU for host/pinned placements)."""
+        return self._store["obs"].tensor.device
+
+    def __getattr__(self, name: str) -> torch.Tensor:
+        store = self.__dict__.get("_store")
+        if store is not None and name in store:
+            return store[name].tensor
+        raise AttributeError(name)
+
+    def add(self, transition: Transition) -> None:
+        """Write one step of every field at the current step index."""
+        if self.step >= self.num_steps:
+            raise BufferOverflowError(
+                f"rollout buffer holds {self.num_steps} steps; call clear() after each update"
+            )
+        t = self.step
+        for name in _STEP_FIELDS:
+            value = getattr(transition, name)
+            if value is None:
+                raise ValueError(f"transition.{name} was not set before add()")
+            if self.storage_device.type == "cuda":
+                self._store[name].tensor[t].copy_(value, non_blocking=True)
+            else:
+                ops.write_step(self._step_views[name], t, value.to(self._store[name].tensor.dtype))
+        self.step += 1
+
+    def clear(self) -> None:
+        """Start a new rollout (storage is reused, not freed)."""
+        self.step = 0
+
+    def compute_returns(
+        self, last_values: torch.Tensor, gamma: float, lam: float, normalize: bool
+    ) -> None:
+        """GAE advantages and value targets for the full rollout.
+
+        ``last_values`` is V(obs after the last step) with shape (num_envs,).
+        """
+        if self.step != self.num_steps:
+            raise RuntimeError(f"rollout holds {self.step}/{self.num_steps} steps")
+        values, ended = self.values, self.episode_end
+        next_values = self.next_values
+        # V(s_{t+1}): the next step's value, or V(final obs) where the episode ended at t.
+        next_values[:-1].copy_(values[1:])
+        next_values[-1].copy_(last_values)
+        torch.where(ended, self.bootstrap_values, next_values, out=next_values)
+        views = self._step_views
+        ops.gae(
+            views["rewards"],
+            views["values"],
+            views["next_values"],
+            views["terminated"],
+            views["episode_end"],
+            gamma,
+            lam,
+            views["advantages"],
+            self.storage_device,
+        )
+        torch.add(self.advantages, values, out=self.returns)
+        if normalize:
+            ops.normalize_(self.advantages, view=self._advantages_view)
+
+    def minibatches(self, num_epochs: int) -> Iterator[Batch]:
+        """Yield ``num_epochs * num_minibatches`` minibatches, shuffled by torch's global RNG.
+
+        A yielded Batch is overwritten one epoch later: use it before asking for more.
+        """
+        views = self._flat_views
+        for _ in range(num_epochs):
+            torch.randperm(self.batch_size, out=self._perm, device=self.storage_device)
+            for j in range(self.num_minibatches):
+                start = j * self.minibatch_size
+                index = self._perm_view[start : start + self.minibatch_size]
+                for name in _BATCH_FIELDS:
+                    ops.gather(views[name], index, self._slot_views[name][j], self.storage_device)
+                yield Batch(
+                    **{
+                        name: self._slots[name][j].to(self.device, non_blocking=True)
+                        for name in _BATCH_FIELDS
+                    }
+                )

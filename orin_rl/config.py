@@ -1,0 +1,358 @@
+"""Typed configuration for every stage: dataclasses, YAML load/save, ``section.field=value``.
+
+The docstring under each field is its documentation and its CLI help (``field_docs``).
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import functools
+import inspect
+import itertools
+import math
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from orin_rl.errors import OrinError
+
+
+class ConfigError(OrinError, ValueError):
+    """A configuration value or key is invalid; the message names the key."""
+
+
+@dataclass
+class EnvConfig:
+    """Which environments to train on and how they are vectorised."""
+
+    env_id: str = "CartPole-v1"
+    """gymnasium environment id (e.g. CartPole-v1, Acrobot-v1, Pendulum-v1, Hopper-v5)."""
+    num_envs: int = 8
+    """Number of parallel environments stepped as one batch."""
+    backend: Literal["gym"] = "gym"
+    """Environment implementation: `gym` wraps gymnasium.vector."""
+    vectorization: Literal["sync", "async"] = "sync"
+    """gymnasium vectorisation: `sync` steps in this process, `async` in worker processes."""
+    max_episode_steps: int | None = None
+    """Override the environment's time limit (None keeps gymnasium's)."""
+
+
+@dataclass
+class PPOConfig:
+    """Proximal Policy Optimisation hyper-parameters."""
+
+    num_steps: int = 128
+    """Rollout length per environment per iteration."""
+    num_epochs: int = 4
+    """Passes over each rollout during the update."""
+    num_minibatches: int = 4
+    """Minibatches per epoch (minibatch size = num_envs * num_steps / num_minibatches)."""
+    learning_rate: float = 3e-4
+    """Adam learning rate (the start value when annealed)."""
+    anneal_lr: bool = True
+    """Decay the learning rate linearly to zero over the run."""
+    gamma: float = 0.99
+    """Discount factor."""
+    gae_lambda: float = 0.95
+    """GAE lambda: bias/variance trade-off of the advantage estimate."""
+    clip_coef: float = 0.2
+    """Surrogate clipping range epsilon."""
+    clip_value_loss: bool = True
+    """Clip the value-function update to the same range as the policy."""
+    ent_coef: float = 0.0
+    """Entropy bonus coefficient."""
+    vf_coef: float = 0.5
+    """Value loss coefficient."""
+    max_grad_norm: float = 0.5
+    """Global gradient-norm clip."""
+    normalize_advantage: bool = True
+    """Normalise advantages to zero mean, unit variance over the rollout."""
+    target_kl: float | None = None
+    """Stop the update's epochs early when the approximate KL exceeds this (None: never)."""
+    normalize_obs: bool = False
+    """Keep a running mean/std of observations and feed the policy normalised inputs."""
+    hidden_sizes: list[int] = field(default_factory=lambda: [64, 64])
+    """Hidden layer widths of the actor and the critic MLPs."""
+    activation: Literal["tanh", "relu", "elu"] = "tanh"
+    """Activation of the hidden layers."""
+    init_log_std: float = 0.0
+    """Initial log standard deviation of the Gaussian head (continuous actions)."""
+
+
+@dataclass
+class BufferConfig:
+    """Where the rollout storage lives."""
+
+    placement: Literal["auto", "host", "device", "pinned", "managed"] = "auto"
+    """Memory placement: `auto` picks `device` on CUDA and `host` on the CPU."""
+
+
+@dataclass
+class TrainConfig:
+    """The training run: length, device, seeds, logging, checkpoints and evaluation."""
+
+    total_steps: int = 100_000
+    """Environment steps to train for (summed over all environments)."""
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    """Learner device: `auto` picks cuda when torch sees a GPU."""
+    seed: int = 1
+    """Seed for torch, numpy and the environments."""
+    torch_threads: int = 1
+    """CPU threads for torch (small policies run fastest on one; 0 keeps torch's default)."""
+    log_every: int = 1
+    """Write metrics every this many iterations."""
+    checkpoint_every: int = 20
+    """Write checkpoint.pt every this many iterations (and always at the end or on a signal)."""
+    eval_every: int = 0
+    """Evaluate the deterministic policy every this many iterations (0: only at the end)."""
+    eval_episodes: int = 20
+    """Episodes in each deterministic evaluation."""
+    stop_at_threshold: bool = False
+    """End training as soon as a periodic evaluation reaches the solved threshold."""
+    solved_threshold: float | None = None
+    """Evaluation return that counts as solved (None: gymnasium's reward_threshold)."""
+    tensorboard: bool = True
+    """Write TensorBoard event files into the run folder."""
+
+
+@dataclass
+class Config:
+    """Everything a training run needs; saved as config.yaml in the run folder."""
+
+    env: EnvConfig = field(default_factory=EnvConfig)
+    """Environments."""
+    ppo: PPOConfig = field(default_factory=PPOConfig)
+    """PPO hyper-parameters."""
+    buffer: BufferConfig = field(default_factory=BufferConfig)
+    """Rollout storage."""
+    train: TrainConfig = field(default_factory=TrainConfig)
+    """Run length, device, seeds, logging."""
+
+    @property
+    def batch_size(self) -> int:
+        """Transitions per iteration: num_envs * num_steps."""
+        return self.env.num_envs * self.ppo.num_steps
+
+    @property
+    def minibatch_size(self) -> int:
+        """Transitions per gradient step: batch_size // num_minibatches."""
+        return self.batch_size // self.ppo.num_minibatches
+
+    @property
+    def num_iterations(self) -> int:
+        """Rollout + update iterations: ceil(total_steps / batch_size)."""
+        return max(1, math.ceil(self.train.total_steps / self.batch_size))
+
+
+SECTIONS = ("env", "ppo", "buffer", "train")
+
+
+@functools.cache
+def field_docs(cls: type) -> dict[str, str]:
+    """Map each field of dataclass ``cls`` to the docstring written under it."""
+    tree = ast.parse(inspect.getsource(cls))
+    body = tree.body[0].body  # type: ignore[attr-defined]
+    docs: dict[str, str] = {}
+    for prev, node in itertools.pairwise(body):
+        if (
+            isinstance(prev, ast.AnnAssign)
+            and isinstance(prev.target, ast.Name)
+            and isinstance(node, ast.Expr)
+            and isinstance(node.value, ast.Constant)
+            and isinstance(node.value.value, str)
+        ):
+            docs[prev.target.id] = inspect.cleandoc(node.value.value)
+    return docs
+
+
+def _type_name(tp: Any) -> str:
+    return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
+
+
+def _coerce(key: str, value: Any, tp: Any) -> Any:
+    """Check ``value`` against the annotation ``tp``; return it (ints widen to float)."""
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        if value not in typing.get_args(tp):
+            choices = ", ".join(map(str, typing.get_args(tp)))
+            raise ConfigError(f"{key}: {value!r} is not one of {choices}")
+        return value
+    if origin in (typing.Union, types.UnionType):
+        for arg in typing.get_args(tp):
+            if arg is type(None):
+                if value is None:
+                    return None
+                continue
+            try:
+                return _coerce(key, value, arg)
+            except ConfigError:
+                pass
+        raise ConfigError(f"{key}: {value!r} does not fit {_type_name(tp)}")
+    if origin is list:
+        (item_tp,) = typing.get_args(tp)
+        if not isinstance(value, list):
+            raise ConfigError(f"{key}: expected a list, got {type(value).__name__} {value!r}")
+        return [_coerce(f"{key}[{i}]", v, item_tp) for i, v in enumerate(value)]
+    if tp is float:
+        if isinstance(value, str):  # YAML 1.1 reads 3e-4 (no dot) as a string
+            try:
+                return float(value)
+            except ValueError:
+                pass
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{key}: expected a number, got {type(value).__name__} {value!r}")
+        return float(value)
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{key}: expected an integer, got {type(value).__name__} {value!r}")
+        return value
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{key}: expected true/false, got {type(value).__name__} {value!r}")
+        return value
+    if tp is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{key}: expected a string, got {type(value).__name__} {value!r}")
+        return value
+    raise ConfigError(f"{key}: unsupported annotation {tp!r}")  # pragma: no cover
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def set_value(cfg: Config, key: str, value: Any) -> None:
+    """Set ``section.field`` on ``cfg`` after checking the key and the value's type."""
+    section_name, _, name = key.partition(".")
+    if section_name not in SECTIONS or not name:
+        raise ConfigError(f"{key}: unknown key (sections are {', '.join(SECTIONS)})")
+    section = getattr(cfg, section_name)
+    hints = _hints(type(section))
+    if name not in hints:
+        known = ", ".join(f.name for f in dataclasses.fields(section))
+        raise ConfigError(f"{key}: unknown key (known in {section_name}: {known})")
+    setattr(section, name, _coerce(key, value, hints[name]))
+
+
+def from_dict(data: dict[str, Any], base: Config | None = None) -> Config:
+    """Build a Config from nested dicts (as in config.yaml), on top of ``base`` or the defaults."""
+    cfg = _deepcopy(base) if base is not None else Config()
+    if not isinstance(data, dict):
+        raise ConfigError(f"config: expected a mapping of sections, got {type(data).__name__}")
+    for section_name, values in data.items():
+        if section_name not in SECTIONS:
+            raise ConfigError(
+                f"{section_name}: unknown section (sections are {', '.join(SECTIONS)})"
+            )
+        if values is None:
+            continue
+        if not isinstance(values, dict):
+            raise ConfigError(f"{section_name}: expected a mapping, got {type(values).__name__}")
+        for name, value in values.items():
+            set_value(cfg, f"{section_name}.{name}", value)
+    validate(cfg)
+    return cfg
+
+
+def _deepcopy(cfg: Config) -> Config:
+    return from_plain(to_dict(cfg))
+
+
+def from_plain(data: dict[str, Any]) -> Config:
+    """Rebuild a Config from ``to_dict`` output without re-validating (internal copies)."""
+    return Config(
+        env=EnvConfig(**data["env"]),
+        ppo=PPOConfig(**data["ppo"]),
+        buffer=BufferConfig(**data["buffer"]),
+        train=TrainConfig(**data["train"]),
+    )
+
+
+def to_dict(cfg: Config) -> dict[str, Any]:
+    """Nested plain dicts (YAML-ready) of ``cfg``."""
+    return dataclasses.asdict(cfg)
+
+
+def apply_overrides(cfg: Config, overrides: list[str]) -> Config:
+    """Apply ``section.field=value`` strings; values are parsed as YAML (``3e-4``, ``[64, 64]``)."""
+    cfg = _deepcopy(cfg)
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        if not sep:
+            raise ConfigError(f"{item}: expected section.field=value")
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else None
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{key}: cannot parse {raw!r} ({exc.__class__.__name__})") from None
+        set_value(cfg, key.strip(), value)
+    validate(cfg)
+    return cfg
+
+
+def validate(cfg: Config) -> None:
+    """Check relations between fields; raise ConfigError naming the key."""
+    positive = {
+        "env.num_envs": cfg.env.num_envs,
+        "ppo.num_steps": cfg.ppo.num_steps,
+        "ppo.num_epochs": cfg.ppo.num_epochs,
+        "ppo.num_minibatches": cfg.ppo.num_minibatches,
+        "train.total_steps": cfg.train.total_steps,
+        "train.log_every": cfg.train.log_every,
+        "train.checkpoint_every": cfg.train.checkpoint_every,
+        "train.eval_episodes": cfg.train.eval_episodes,
+    }
+    for key, value in positive.items():
+        if value <= 0:
+            raise ConfigError(f"{key}: must be positive, got {value}")
+    for key, value in {
+        "ppo.learning_rate": cfg.ppo.learning_rate,
+        "ppo.clip_coef": cfg.ppo.clip_coef,
+        "ppo.max_grad_norm": cfg.ppo.max_grad_norm,
+    }.items():
+        if not value > 0:
+            raise ConfigError(f"{key}: must be positive, got {value}")
+    for key, value in {"ppo.gamma": cfg.ppo.gamma, "ppo.gae_lambda": cfg.ppo.gae_lambda}.items():
+        if not 0.0 <= value <= 1.0:
+            raise ConfigError(f"{key}: must be within [0, 1], got {value}")
+    if cfg.train.eval_every < 0 or cfg.train.torch_threads < 0:
+        raise ConfigError("train.eval_every and train.torch_threads must be >= 0")
+    if cfg.env.max_episode_steps is not None and cfg.env.max_episode_steps <= 0:
+        raise ConfigError(
+            f"env.max_episode_steps: must be positive, got {cfg.env.max_episode_steps}"
+        )
+    if any(h <= 0 for h in cfg.ppo.hidden_sizes) or not cfg.ppo.hidden_sizes:
+        raise ConfigError(f"ppo.hidden_sizes: need positive widths, got {cfg.ppo.hidden_sizes}")
+    if cfg.batch_size % cfg.ppo.num_minibatches:
+        raise ConfigError(
+            f"ppo.num_minibatches: {cfg.ppo.num_minibatches} does not divide the batch of "
+            f"{cfg.batch_size} (env.num_envs * ppo.num_steps)"
+        )
+
+
+def load(path: str | Path, base: Config | None = None) -> Config:
+    """Read a YAML config file (``yaml.safe_load``) on top of ``base`` or the defaults."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read config ({exc.strerror})") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML ({exc.__class__.__name__})") from None
+    if data is None:
+        data = {}
+    try:
+        return from_dict(data, base)
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+
+
+def save(cfg: Config, path: str | Path) -> None:
+    """Write ``cfg`` as YAML with sections in a fixed order."""
+    Path(path).write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))

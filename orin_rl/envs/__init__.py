@@ -1,0 +1,48 @@
+"""Environments: ``make()`` returns a VecEnv (batched torch tensors, auto-reset)."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import torch
+
+from orin_rl.envs.base import StepResult, VecEnv
+from orin_rl.envs.gym_env import EnvError, GymVecEnv, make_gym
+
+__all__ = ["EnvError", "GymVecEnv", "StepResult", "VecEnv", "make", "reward_threshold"]
+
+
+def make(
+    env_id: str,
+    num_envs: int = 1,
+    device: torch.device | str = "cpu",
+    seed: int | None = None,
+    backend: str = "gym",
+    vectorization: str = "sync",
+    max_episode_steps: int | None = None,
+) -> VecEnv:
+    """Create ``num_envs`` copies of ``env_id`` as one VecEnv on ``device``.
+
+    Args:
+        env_id: a gymnasium id, e.g. ``CartPole-v1``.
+        num_envs: batch size of the vector env.
+        device: where observations and rewards are returned.
+        seed: if given, the first ``reset()`` seeds the envs with ``seed, seed + 1, ...``.
+        backend: ``gym`` (gymnasium.vector).
+        vectorization: ``sync`` or ``async`` (worker processes) for the gym backend.
+        max_episode_steps: override of the time limit.
+    """
+    if num_envs <= 0:
+        raise EnvError(f"num_envs must be positive, got {num_envs}")
+    if backend != "gym":
+        raise EnvError(f"unknown env backend {backend!r}; available: gym")
+    env = make_gym(env_id, num_envs, device, vectorization, max_episode_steps)
+    env.seed = seed
+    return env
+
+
+def reward_threshold(env_id: str) -> float | None:
+    """gymnasium's registered ``reward_threshold`` for ``env_id`` (None if it has none)."""
+    try:
+        return gym.spec(env_id).reward_threshold
+    except gym.error.Error:
+        return None

@@ -1,0 +1,137 @@
+"""VecEnv over ``gymnasium.vector``: torch tensors in and out, same-step auto-reset."""
+
+from __future__ import annotations
+
+import logging
+
+import gymnasium as gym
+import numpy as np
+import torch
+from gymnasium.vector import AutoresetMode
+from gymnasium.wrappers.vector import RecordEpisodeStatistics
+
+from orin_rl.envs.base import StepResult
+from orin_rl.errors import OrinError
+
+log = logging.getLogger(__name__)
+
+MUJOCO_HINT = "install the MuJoCo extra: pip install 'orin-rl[mujoco]'"
+
+
+class EnvError(OrinError, ValueError):
+    """An environment cannot be created or used as asked."""
+
+
+class GymVecEnv:
+    """Adapter from a gymnasium vector env to the VecEnv contract.
+
+    gymnasium 1.x defaults to NEXT_STEP auto-reset, where the step *after* an episode ends is a
+    reset step whose action is ignored and whose reward is 0; training on it would teach the
+    policy a transition that never happened. The adapter runs the vector env in SAME_STEP mode
+    instead: every step is a real transition, the reset observation arrives in the same step as
+    the end of the episode, and the true final observation is returned as ``final_obs`` so a
+    truncated episode bootstraps from the state it really reached.
+    """
+
+    def __init__(self, vec_env: gym.vector.VectorEnv, device: torch.device | str = "cpu"):
+        mode = vec_env.metadata.get("autoreset_mode")
+        if mode != AutoresetMode.SAME_STEP:
+            raise EnvError(
+                f"vector env uses autoreset mode {mode}; create it with "
+                "vector_kwargs={'autoreset_mode': AutoresetMode.SAME_STEP} (orin_rl.envs.make does)"
+            )
+        self._env = RecordEpisodeStatistics(vec_env)
+        self.num_envs = vec_env.num_envs
+        self.device = torch.device(device)
+        self.observation_space = vec_env.single_observation_space
+        self.action_space = vec_env.single_action_space
+        self.spec = vec_env.spec
+        self._discrete = isinstance(self.action_space, gym.spaces.Discrete)
+        self._returns: list[float] = []
+        self._lengths: list[int] = []
+        self.seed: int | None = None
+        """Seed used by the first ``reset()`` that is not given one."""
+
+    def _to_torch(self, array: np.ndarray, dtype: torch.dtype | None = None) -> torch.Tensor:
+        tensor = torch.from_numpy(np.asarray(array))
+        if dtype is not None:
+            tensor = tensor.to(dtype)
+        return tensor.to(self.device, non_blocking=True)
+
+    def _obs(self, obs: np.ndarray) -> torch.Tensor:
+        if obs.dtype == np.float64:
+            obs = obs.astype(np.float32)
+        return self._to_torch(obs)
+
+    def reset(self, seed: int | None = None) -> torch.Tensor:
+        """Reset all sub-environments (seeded ``seed, seed+1, ...`` when given)."""
+        if seed is None:
+            seed, self.seed = self.seed, None
+        obs, _ = self._env.reset(seed=seed)
+        return self._obs(obs)
+
+    def step(self, actions: torch.Tensor) -> StepResult:
+        """Step with a batch of actions; see StepResult for the auto-reset semantics."""
+        act = actions.detach().cpu().numpy()
+        if self._discrete:
+            act = act.astype(np.int64).reshape(self.num_envs)
+        else:  # Gaussian samples are unbounded: clip to the Box like gymnasium's ClipAction
+            act = np.clip(act, self.action_space.low, self.action_space.high)
+        obs, reward, terminated, truncated, info = self._env.step(act)
+        final_obs = obs
+        if "_final_obs" in info:
+            mask = info["_final_obs"]
+            final_obs = obs.copy()
+            final_obs[mask] = np.stack(info["final_obs"][mask])
+        if "_episode" in info:
+            done = info["_episode"]
+            self._returns.extend(info["episode"]["r"][done].tolist())
+            self._lengths.extend(info["episode"]["l"][done].tolist())
+        return StepResult(
+            obs=self._obs(obs),
+            reward=self._to_torch(reward, torch.float32),
+            terminated=self._to_torch(terminated),
+            truncated=self._to_torch(truncated),
+            final_obs=self._obs(final_obs),
+            info=info,
+        )
+
+    def pop_episode_stats(self) -> tuple[list[float], list[int]]:
+        """Returns and lengths of the episodes completed since the last call."""
+        returns, lengths = self._returns, self._lengths
+        self._returns, self._lengths = [], []
+        return returns, lengths
+
+    def close(self) -> None:
+        """Close the vector env and its workers."""
+        self._env.close()
+
+
+def make_gym(
+    env_id: str,
+    num_envs: int,
+    device: torch.device | str = "cpu",
+    vectorization: str = "sync",
+    max_episode_steps: int | None = None,
+) -> GymVecEnv:
+    """Create a gymnasium vector env in SAME_STEP auto-reset mode, wrapped as a VecEnv."""
+    if vectorization not in ("sync", "async"):
+        raise EnvError(f"vectorization must be 'sync' or 'async', got {vectorization!r}")
+    kwargs = {"max_episode_steps": max_episode_steps} if max_episode_steps else {}
+    try:
+        vec = gym.make_vec(
+            env_id,
+            num_envs=num_envs,
+            vectorization_mode=vectorization,
+            vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP},
+            **kwargs,
+        )
+    except gym.error.DependencyNotInstalled as exc:
+        raise EnvError(f"{env_id}: {exc}; {MUJOCO_HINT}") from None
+    except gym.error.Error as exc:
+        raise EnvError(f"{env_id}: {exc}") from None
+    space = vec.single_action_space
+    if not isinstance(space, (gym.spaces.Discrete, gym.spaces.Box)):
+        vec.close()
+        raise EnvError(f"{env_id}: action space {space} is not Discrete or Box")
+    return GymVecEnv(vec, device)

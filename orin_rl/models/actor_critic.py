@@ -1,0 +1,137 @@
+"""Actor-critic MLP with categorical or diagonal-Gaussian action heads."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import nn
+
+from orin_rl.models.distributions import Categorical, DiagGaussian
+from orin_rl.models.normalizer import ObsNormalizer
+
+ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU}
+
+
+@dataclass
+class PolicySpec:
+    """Everything needed to rebuild the network without its environment (kept in checkpoints)."""
+
+    obs_shape: list[int]
+    """Observation shape of one environment."""
+    action_kind: str
+    """``discrete`` or ``continuous``."""
+    action_dim: int
+    """Number of actions (discrete) or action dimensions (continuous)."""
+    hidden_sizes: list[int] = field(default_factory=lambda: [64, 64])
+    """Hidden widths of both MLPs."""
+    activation: str = "tanh"
+    """Hidden activation name."""
+    normalize_obs: bool = False
+    """Whether a running observation normaliser is applied before the MLPs."""
+    init_log_std: float = 0.0
+    """Initial log std of the Gaussian head."""
+    action_low: list[float] | None = None
+    """Lower action bounds (continuous)."""
+    action_high: list[float] | None = None
+    """Upper action bounds (continuous)."""
+
+    @classmethod
+    def from_spaces(
+        cls, observation_space: gym.Space, action_space: gym.Space, **kwargs
+    ) -> PolicySpec:
+        """Describe a policy for single-env gymnasium spaces."""
+        if not isinstance(observation_space, gym.spaces.Box):
+            raise ValueError(f"observation space {observation_space} is not a Box")
+        obs_shape = list(observation_space.shape)
+        if isinstance(action_space, gym.spaces.Discrete):
+            return cls(obs_shape, "discrete", int(action_space.n), **kwargs)
+        if isinstance(action_space, gym.spaces.Box) and len(action_space.shape) == 1:
+            return cls(
+                obs_shape,
+                "continuous",
+                int(action_space.shape[0]),
+                action_low=[float(v) for v in action_space.low],
+                action_high=[float(v) for v in action_space.high],
+                **kwargs,
+            )
+        raise ValueError(f"action space {action_space} is not Discrete or a 1-D Box")
+
+    def to_dict(self) -> dict:
+        """Plain dict (safe for ``torch.load(weights_only=True)``)."""
+        return asdict(self)
+
+
+def mlp(
+    in_dim: int, hidden: list[int], out_dim: int, activation: str, out_gain: float
+) -> nn.Sequential:
+    """MLP with orthogonal init: sqrt(2) gain on hidden layers, ``out_gain`` on the last."""
+    layers: list[nn.Module] = []
+    last = in_dim
+    for width in hidden:
+        layers += [_ortho(nn.Linear(last, width), math.sqrt(2.0)), ACTIVATIONS[activation]()]
+        last = width
+    layers.append(_ortho(nn.Linear(last, out_dim), out_gain))
+    return nn.Sequential(*layers)
+
+
+def _ortho(layer: nn.Linear, gain: float) -> nn.Linear:
+    nn.init.orthogonal_(layer.weight, gain)
+    nn.init.zeros_(layer.bias)
+    return layer
+
+
+class ActorCritic(nn.Module):
+    """Separate actor and critic MLPs over (optionally normalised) flat observations."""
+
+    def __init__(self, spec: PolicySpec):
+        super().__init__()
+        if spec.activation not in ACTIVATIONS:
+            raise ValueError(f"activation {spec.activation!r} not in {sorted(ACTIVATIONS)}")
+        self.spec = spec
+        obs_dim = int(np.prod(spec.obs_shape))
+        self.discrete = spec.action_kind == "discrete"
+        self.actor = mlp(obs_dim, spec.hidden_sizes, spec.action_dim, spec.activation, 0.01)
+        self.critic = mlp(obs_dim, spec.hidden_sizes, 1, spec.activation, 1.0)
+        if not self.discrete:
+            self.log_std = nn.Parameter(torch.full((spec.action_dim,), spec.init_log_std))
+        self.obs_normalizer = ObsNormalizer(tuple(spec.obs_shape)) if spec.normalize_obs else None
+
+    def normalize(self, obs: torch.Tensor, update: bool = False) -> torch.Tensor:
+        """Apply the observation normaliser (updating it first when ``update``)."""
+        if self.obs_normalizer is None:
+            return obs
+        if update:
+            self.obs_normalizer.update(obs)
+        return self.obs_normalizer(obs)
+
+    def distribution(self, obs: torch.Tensor) -> Categorical | DiagGaussian:
+        """Action distribution for normalised ``obs`` (batch, *obs_shape)."""
+        out = self.actor(obs.flatten(1))
+        if self.discrete:
+            return Categorical(out)
+        return DiagGaussian(out, self.log_std)
+
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        """(batch,) V(s) for normalised ``obs``."""
+        return self.critic(obs.flatten(1)).squeeze(-1)
+
+    def act(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Sample actions: returns (actions, log-probabilities, values)."""
+        dist = self.distribution(obs)
+        actions = dist.sample()
+        return actions, dist.log_prob(actions), self.value(obs)
+
+    def evaluate(
+        self, obs: torch.Tensor, actions: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(log-probabilities, entropies, values) of ``actions`` under the current policy."""
+        dist = self.distribution(obs)
+        return dist.log_prob(actions), dist.entropy(), self.value(obs)
+
+    def act_deterministic(self, obs: torch.Tensor) -> torch.Tensor:
+        """The distribution's mode (argmax / mean) for normalised ``obs``."""
+        return self.distribution(obs).mode()

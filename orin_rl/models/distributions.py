@@ -1,0 +1,61 @@
+"""Action distributions written as plain tensor maths.
+
+``torch.distributions`` validates arguments and builds objects on every call (slow on a small
+CPU) and does not export to ONNX; these heads compute the same quantities directly.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
+
+
+class Categorical:
+    """Categorical over the last axis of ``logits`` (batch, num_actions)."""
+
+    def __init__(self, logits: torch.Tensor):
+        self.log_probs = torch.log_softmax(logits, dim=-1)
+
+    def sample(self) -> torch.Tensor:
+        """(batch,) int64 actions."""
+        return torch.multinomial(self.log_probs.exp(), 1).squeeze(-1)
+
+    def log_prob(self, actions: torch.Tensor) -> torch.Tensor:
+        """(batch,) log pi(a)."""
+        return self.log_probs.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
+
+    def entropy(self) -> torch.Tensor:
+        """(batch,) -sum p log p."""
+        return -(self.log_probs.exp() * self.log_probs).sum(-1)
+
+    def mode(self) -> torch.Tensor:
+        """(batch,) most likely action."""
+        return self.log_probs.argmax(-1)
+
+
+class DiagGaussian:
+    """Independent Gaussians over the last axis: ``mean`` (batch, dim), ``log_std`` (dim,)."""
+
+    def __init__(self, mean: torch.Tensor, log_std: torch.Tensor):
+        self.mean = mean
+        self.log_std = log_std.expand_as(mean)
+
+    def sample(self) -> torch.Tensor:
+        """(batch, dim) reparameterised sample."""
+        return self.mean + self.log_std.exp() * torch.randn_like(self.mean)
+
+    def log_prob(self, actions: torch.Tensor) -> torch.Tensor:
+        """(batch,) sum over dims of log N(a; mean, std)."""
+        z = (actions - self.mean) * torch.exp(-self.log_std)
+        return (-0.5 * z.square() - self.log_std - LOG_SQRT_2PI).sum(-1)
+
+    def entropy(self) -> torch.Tensor:
+        """(batch,) sum over dims of 0.5 + log(sqrt(2 pi) std)."""
+        return (0.5 + LOG_SQRT_2PI + self.log_std).sum(-1)
+
+    def mode(self) -> torch.Tensor:
+        """(batch, dim) the mean."""
+        return self.mean

@@ -1,0 +1,58 @@
+"""Atomic checkpoint files: a reader sees the old checkpoint or the new one, never a torn one."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from orin_rl.errors import OrinError
+
+
+class CheckpointError(OrinError, ValueError):
+    """A checkpoint file is missing, unreadable or not an orin_rl checkpoint."""
+
+
+FORMAT = "orin_rl.checkpoint/1"
+
+
+def save_checkpoint(state: dict[str, Any], path: str | Path) -> None:
+    """Write ``state`` to ``path`` atomically: temp file in the same folder, fsync, rename."""
+    path = Path(path)
+    state = {"format": FORMAT, **state}
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save(state, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
+    """Load a checkpoint with ``torch.load(weights_only=True)`` (no arbitrary code runs)."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"{path}: no checkpoint file")
+    try:
+        state = torch.load(path, map_location=map_location, weights_only=True)
+    except Exception as exc:  # torch raises many types for a corrupt or foreign file
+        raise CheckpointError(
+            f"{path}: not a loadable checkpoint ({exc.__class__.__name__}); "
+            "it may be truncated or from another tool"
+        ) from None
+    if not isinstance(state, dict) or state.get("format") != FORMAT:
+        raise CheckpointError(f"{path}: not an orin_rl checkpoint (format {FORMAT} expected)")
+    return state

@@ -1,0 +1,370 @@
+"""The training loop: rollout → returns → update, with logs, checkpoints and evaluation.
+
+``Trainer.learn`` reads top to bottom as the whole story; everything else is bookkeeping.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import random
+import shutil
+import signal
+import statistics
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from orin_rl import config as config_mod
+from orin_rl import envs
+from orin_rl.algorithms import PPO
+from orin_rl.buffers import RolloutBuffer
+from orin_rl.config import Config
+from orin_rl.errors import OrinError
+from orin_rl.models import ActorCritic, PolicySpec
+from orin_rl.runners.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from orin_rl.runners.evaluate import evaluate
+from orin_rl.runners.logger import MetricsLogger, plot_curve, read_metrics
+
+log = logging.getLogger(__name__)
+
+
+class RunFolderError(OrinError, ValueError):
+    """The run folder cannot be used as asked (exists, missing, or from another run)."""
+
+
+def resolve_device(name: str) -> torch.device:
+    """``auto`` → cuda when torch sees a GPU, else cpu; ``cuda`` without a GPU is an error."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise OrinError(
+            "--device cuda asked for, but torch sees no CUDA GPU (CPU-only torch build or no "
+            "driver); use --device cpu, or install a CUDA build of torch"
+        )
+    return torch.device(name)
+
+
+def seed_everything(seed: int) -> None:
+    """Seed python, numpy and torch (CPU and CUDA)."""
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+class _StopRequest:
+    """Turns SIGINT/SIGTERM into a flag the loop checks between steps."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> _StopRequest:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(ValueError):  # not the main thread: leave signals alone
+                self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum, _frame) -> None:
+        if self.signum is not None:  # second signal: give up immediately
+            raise KeyboardInterrupt
+        self.signum = signum
+        log.warning("%s received: finishing with a checkpoint", signal.Signals(signum).name)
+
+    def __exit__(self, *exc) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+
+class Trainer:
+    """Owns the env, the algorithm, the run folder and the loop."""
+
+    def __init__(
+        self, cfg: Config, run_dir: str | Path, resume: bool = False, progress: bool = True
+    ):
+        self.run_dir = Path(run_dir)
+        self.progress = progress
+        state = self._prepare_run_dir(cfg, resume)
+        if state is not None:
+            cfg = config_mod.from_plain(state["config"])
+        self.cfg = cfg
+        if cfg.train.torch_threads:
+            torch.set_num_threads(cfg.train.torch_threads)
+        self.device = resolve_device(cfg.train.device)
+        seed_everything(cfg.train.seed)
+
+        self.env = envs.make(
+            cfg.env.env_id,
+            cfg.env.num_envs,
+            self.device,
+            backend=cfg.env.backend,
+            vectorization=cfg.env.vectorization,
+            max_episode_steps=cfg.env.max_episode_steps,
+        )
+        self.policy_spec = PolicySpec.from_spaces(
+            self.env.observation_space,
+            self.env.action_space,
+            hidden_sizes=list(cfg.ppo.hidden_sizes),
+            activation=cfg.ppo.activation,
+            normalize_obs=cfg.ppo.normalize_obs,
+            init_log_std=cfg.ppo.init_log_std,
+        )
+        self.policy = ActorCritic(self.policy_spec).to(self.device)
+        discrete = self.policy_spec.action_kind == "discrete"
+        self.buffer = RolloutBuffer(
+            cfg.ppo.num_steps,
+            cfg.env.num_envs,
+            tuple(self.policy_spec.obs_shape),
+            () if discrete else (self.policy_spec.action_dim,),
+            torch.int64 if discrete else torch.float32,
+            self.device,
+            cfg.buffer.placement,
+            cfg.ppo.num_minibatches,
+        )
+        self.algo = PPO(self.policy, self.buffer, cfg.ppo, cfg.num_iterations, self.device)
+        self.threshold = (
+            cfg.train.solved_threshold
+            if cfg.train.solved_threshold is not None
+            else envs.reward_threshold(cfg.env.env_id)
+        )
+        self.global_step = 0
+        self.time_offset = 0.0  # wall time spent by earlier processes of a resumed run
+        self.solved_at: dict[str, float] | None = None
+        if state is not None:
+            self._restore(state)
+        log.info(
+            "training %s on %s: %d envs x %d steps, %d iterations; buffer %s (%s)",
+            cfg.env.env_id,
+            self.device,
+            cfg.env.num_envs,
+            cfg.ppo.num_steps,
+            cfg.num_iterations,
+            self.buffer.placement,
+            self.buffer.placement_reason,
+        )
+
+    # ------------------------------------------------------------------ the loop
+    def learn(self) -> dict[str, Any]:
+        """Train to ``total_steps``, a solved evaluation (if asked) or a signal; summarise."""
+        cfg = self.cfg
+        episode_returns: deque[float] = deque(maxlen=100)
+        logger = MetricsLogger(self.run_dir, cfg.train.tensorboard)
+        start = time.perf_counter()
+        start_step = self.global_step
+        obs = self.env.reset(seed=cfg.train.seed + 1000 * self.algo.iteration)
+        bar = tqdm(
+            total=cfg.num_iterations * cfg.batch_size,
+            initial=self.global_step,
+            unit="step",
+            unit_scale=True,
+            dynamic_ncols=True,
+            disable=not self.progress,
+            desc=cfg.env.env_id,
+        )
+        stop_reason = "total_steps"
+        try:
+            with _StopRequest() as stop:
+                while self.algo.iteration < cfg.num_iterations:
+                    # Rollout: num_steps batched env steps into the buffer.
+                    for _ in range(cfg.ppo.num_steps):
+                        actions = self.algo.act(obs)
+                        step = self.env.step(actions)
+                        self.algo.process_env_step(step)
+                        obs = step.obs
+                        if stop.signum is not None:
+                            break
+                    if stop.signum is not None:
+                        stop_reason = signal.Signals(stop.signum).name
+                        self.buffer.clear()  # drop the partial rollout
+                        break
+                    # Returns and update.
+                    self.algo.compute_returns(obs)
+                    losses = self.algo.update()
+                    self.global_step += cfg.batch_size
+                    bar.update(cfg.batch_size)
+
+                    returns, _ = self.env.pop_episode_stats()
+                    episode_returns.extend(returns)
+                    it = self.algo.iteration
+                    elapsed = self.time_offset + time.perf_counter() - start
+                    record = {
+                        "global_step": self.global_step,
+                        "iteration": it,
+                        "time_s": round(elapsed, 3),
+                        "steps_per_s": (self.global_step - start_step)
+                        / max(time.perf_counter() - start, 1e-9),
+                        **losses,
+                    }
+                    if episode_returns:
+                        record["charts/episode_return_mean"] = statistics.fmean(episode_returns)
+                        bar.set_postfix(ret=f"{record['charts/episode_return_mean']:.1f}")
+                    record.update(self._memory_stats())
+                    solved = False
+                    if cfg.train.eval_every and it % cfg.train.eval_every == 0:
+                        solved = self._periodic_eval(record, elapsed)
+                    if it % cfg.train.log_every == 0 or solved:
+                        logger.log(record)
+                    if it % cfg.train.checkpoint_every == 0:
+                        self._save(elapsed)
+                    if solved and cfg.train.stop_at_threshold:
+                        stop_reason = "solved"
+                        break
+        finally:
+            bar.close()
+            logger.close()
+        elapsed = self.time_offset + time.perf_counter() - start
+        self._save(elapsed)
+        summary = self._finish(elapsed, start_step, time.perf_counter() - start, stop_reason)
+        return summary
+
+    # ------------------------------------------------------------- bookkeeping
+    def _periodic_eval(self, record: dict[str, Any], elapsed: float) -> bool:
+        returns = self._evaluate()
+        record["eval/return_mean"] = statistics.fmean(returns)
+        record["eval/return_std"] = statistics.pstdev(returns)
+        solved = self.threshold is not None and record["eval/return_mean"] >= self.threshold
+        if solved and self.solved_at is None:
+            self.solved_at = {"global_step": self.global_step, "time_s": round(elapsed, 3)}
+        return solved
+
+    def _evaluate(self, seed_offset: int = 10_000) -> list[float]:
+        """Deterministic returns; the final evaluation uses other seeds than the periodic ones,
+        so a run stopped at its first solved evaluation is judged on episodes it never saw."""
+        cfg = self.cfg
+        self.policy.eval()
+        try:
+            return evaluate(
+                self.policy,
+                cfg.env.env_id,
+                cfg.train.eval_episodes,
+                seed=cfg.train.seed + seed_offset,
+                device=self.device,
+                max_episode_steps=cfg.env.max_episode_steps,
+            )
+        finally:
+            self.policy.train()
+
+    def _memory_stats(self) -> dict[str, float]:
+        if self.device.type != "cuda":
+            return {}
+        return {
+            "gpu/allocated_mb": torch.cuda.memory_allocated(self.device) / 2**20,
+            "gpu/reserved_mb": torch.cuda.memory_reserved(self.device) / 2**20,
+        }
+
+    def _finish(
+        self, elapsed: float, start_step: int, session_time: float, stop_reason: str
+    ) -> dict[str, Any]:
+        cfg = self.cfg
+        interrupted = stop_reason in ("SIGINT", "SIGTERM")
+        eval_returns = [] if interrupted else self._evaluate(seed_offset=20_000)
+        summary: dict[str, Any] = {
+            "env_id": cfg.env.env_id,
+            "algo": "ppo",
+            "total_steps": self.global_step,
+            "iterations": self.algo.iteration,
+            "wall_time_s": round(elapsed, 3),
+            "steps_per_s": (self.global_step - start_step) / max(session_time, 1e-9),
+            "eval_return_mean": statistics.fmean(eval_returns) if eval_returns else None,
+            "eval_return_std": statistics.pstdev(eval_returns) if eval_returns else None,
+            "eval_episodes": len(eval_returns),
+            "solved_threshold": self.threshold,
+            "solved": bool(
+                eval_returns
+                and self.threshold is not None
+                and statistics.fmean(eval_returns) >= self.threshold
+            ),
+            "solved_at": self.solved_at,
+            "stop_reason": stop_reason,
+            "interrupted": interrupted,
+            "device": str(self.device),
+            "buffer_placement": self.buffer.placement,
+            "seed": cfg.train.seed,
+            "torch_version": torch.__version__,
+        }
+        (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        try:
+            plot_curve(self.run_dir / "metrics.jsonl", self.run_dir / "curve.png", cfg.env.env_id)
+        except Exception as exc:  # a plot must never lose a finished run
+            log.warning("curve.png not written: %s", exc)
+        self.env.close()
+        return summary
+
+    def _save(self, elapsed: float) -> None:
+        state = {
+            "config": config_mod.to_dict(self.cfg),
+            "policy_spec": self.policy_spec.to_dict(),
+            "algo": self.algo.state_dict(),
+            "global_step": self.global_step,
+            "time_s": elapsed,
+            "solved_at": self.solved_at,
+            "rng": {"torch": torch.get_rng_state(), **self._cuda_rng()},
+        }
+        save_checkpoint(state, self.run_dir / "checkpoint.pt")
+
+    def _cuda_rng(self) -> dict[str, torch.Tensor]:
+        if self.device.type != "cuda":
+            return {}
+        return {"cuda": torch.cuda.get_rng_state(self.device)}
+
+    def _restore(self, state: dict[str, Any]) -> None:
+        self.algo.load_state_dict(state["algo"])
+        self.global_step = int(state["global_step"])
+        self.time_offset = float(state["time_s"])
+        self.solved_at = state.get("solved_at")
+        self._trim_metrics(self.algo.iteration)
+        torch.set_rng_state(state["rng"]["torch"])
+        if "cuda" in state["rng"] and self.device.type == "cuda":
+            torch.cuda.set_rng_state(state["rng"]["cuda"], self.device)
+        log.info("resumed at step %d (iteration %d)", self.global_step, self.algo.iteration)
+
+    def _trim_metrics(self, iteration: int) -> None:
+        """Drop records logged after the checkpoint (a crash between the two), then append."""
+        path = self.run_dir / "metrics.jsonl"
+        records = read_metrics(path)
+        kept = [r for r in records if r.get("iteration", 0) <= iteration]
+        if len(kept) != len(records):
+            tmp = path.with_suffix(".jsonl.tmp")
+            tmp.write_text("".join(json.dumps(r) + "\n" for r in kept))
+            os.replace(tmp, path)
+
+    def _prepare_run_dir(self, cfg: Config, resume: bool) -> dict[str, Any] | None:
+        ckpt = self.run_dir / "checkpoint.pt"
+        if resume:
+            if not ckpt.exists():
+                raise RunFolderError(f"{self.run_dir}: nothing to resume (no checkpoint.pt)")
+            try:
+                return load_checkpoint(ckpt)
+            except CheckpointError as exc:
+                raise RunFolderError(str(exc)) from None
+        if self.run_dir.exists() and any(self.run_dir.iterdir()):
+            raise RunFolderError(
+                f"{self.run_dir}: run folder is not empty; pass --resume to continue it, "
+                "--overwrite to replace it, or another --out"
+            )
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        config_mod.save(cfg, self.run_dir / "config.yaml")
+        return None
+
+
+def train(
+    cfg: Config,
+    run_dir: str | Path,
+    resume: bool = False,
+    overwrite: bool = False,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Train a policy into ``run_dir`` (see DESIGN.md: run folder) and return the summary."""
+    run_dir = Path(run_dir)
+    if overwrite and not resume and run_dir.exists():
+        if not (run_dir / "config.yaml").exists() and any(run_dir.iterdir()):
+            raise RunFolderError(f"{run_dir}: not a run folder (no config.yaml); not deleting it")
+        shutil.rmtree(run_dir)
+    return Trainer(cfg, run_dir, resume=resume, progress=progress).learn()

@@ -1,0 +1,90 @@
+"""PPO loss pieces against hand-computed values, and one update on a real rollout."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from orin_rl.algorithms.ppo import PPO, approx_kl, clipped_surrogate_loss, value_loss
+from orin_rl.buffers import RolloutBuffer
+from orin_rl.config import PPOConfig
+from orin_rl.envs import make
+from orin_rl.models import ActorCritic, PolicySpec
+
+
+class TestSurrogate:
+    def test_hand_computed(self):
+        # ratios r = [1.5, 0.5, 1.1], advantages A = [1, 1, -2], eps = 0.2
+        # per sample max(-A r, -A clip(r)): max(-1.5, -1.2) = -1.2; max(-0.5, -0.8) = -0.5;
+        # max(2.2, 2.2) = 2.2  → mean = (-1.2 - 0.5 + 2.2) / 3 = 0.1666…
+        old = torch.zeros(3)
+        new = torch.log(torch.tensor([1.5, 0.5, 1.1]))
+        adv = torch.tensor([1.0, 1.0, -2.0])
+        assert clipped_surrogate_loss(new, old, adv, 0.2).item() == pytest.approx(0.5 / 3, rel=1e-6)
+
+    def test_ratio_one_is_minus_mean_advantage(self):
+        adv = torch.tensor([0.3, -1.2, 2.0])
+        lp = torch.tensor([-0.1, -2.0, -0.7])
+        assert clipped_surrogate_loss(lp, lp, adv, 0.2).item() == pytest.approx(-adv.mean().item())
+
+
+class TestValueLoss:
+    def test_unclipped(self):
+        v, r = torch.tensor([1.0, 2.0]), torch.tensor([0.0, 4.0])
+        assert value_loss(v, v, r, None).item() == pytest.approx(0.5 * (1 + 4) / 2)
+
+    def test_clipped_takes_the_pessimistic_error(self):
+        # old 0, new 1.0, return 1.0, clip 0.2: unclipped error 0, clipped value 0.2 → error 0.64
+        v, old, r = torch.tensor([1.0]), torch.tensor([0.0]), torch.tensor([1.0])
+        assert value_loss(v, old, r, 0.2).item() == pytest.approx(0.5 * 0.64)
+
+
+def test_approx_kl_hand_computed():
+    # log r = [ln 2, 0] → mean((2 - 1) - ln 2, 0) = (1 - ln 2) / 2
+    kl = approx_kl(torch.tensor([math.log(2.0), 0.0]), torch.zeros(2))
+    assert kl.item() == pytest.approx((1 - math.log(2.0)) / 2)
+
+
+class TestUpdate:
+    def _algo(self, **overrides):
+        cfg = PPOConfig(num_steps=16, num_epochs=2, num_minibatches=2, **overrides)
+        env = make("CartPole-v1", 4, seed=0)
+        spec = PolicySpec.from_spaces(env.observation_space, env.action_space)
+        policy = ActorCritic(spec)
+        buffer = RolloutBuffer(16, 4, (4,), (), torch.int64, "cpu", "host", 2)
+        return env, PPO(policy, buffer, cfg, num_iterations=10, device=torch.device("cpu"))
+
+    def _rollout(self, env, algo):
+        obs = env.reset()
+        for _ in range(16):
+            step = env.step(algo.act(obs))
+            algo.process_env_step(step)
+            obs = step.obs
+        algo.compute_returns(obs)
+
+    def test_update_changes_parameters_and_reports_losses(self):
+        torch.manual_seed(0)
+        env, algo = self._algo()
+        self._rollout(env, algo)
+        before = [p.detach().clone() for p in algo.policy.parameters()]
+        stats = algo.update()
+        assert set(stats) >= {"losses/policy", "losses/value", "losses/entropy", "losses/approx_kl"}
+        assert all(math.isfinite(v) for v in stats.values())
+        assert stats["losses/epochs"] == 2
+        assert any(
+            not torch.equal(a, b) for a, b in zip(before, algo.policy.parameters(), strict=True)
+        )
+        assert algo.buffer.step == 0 and algo.iteration == 1
+
+    def test_lr_anneals_linearly(self):
+        _, algo = self._algo(learning_rate=1e-3)
+        algo.iteration = 5
+        assert algo.learning_rate() == pytest.approx(5e-4)
+
+    def test_target_kl_stops_early(self):
+        torch.manual_seed(0)
+        env, algo = self._algo(target_kl=1e-12, learning_rate=1e-2)
+        self._rollout(env, algo)
+        assert algo.update()["losses/epochs"] == 1

@@ -1,0 +1,92 @@
+"""The gymnasium adapter against plain gymnasium envs stepped by hand."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from orin_rl.envs import EnvError, GymVecEnv, make
+
+
+@pytest.mark.parametrize(
+    ("env_id", "max_steps"), [("CartPole-v1", None), ("Pendulum-v1", 40), ("Acrobot-v1", 30)]
+)
+def test_same_transitions_as_single_envs(rng, env_id, max_steps):
+    """Every step equals the single env's step; ended envs report the true final observation
+    and already hold the next episode's first observation (no reset transition)."""
+    n, seed = 3, int(rng.integers(1 << 30))
+    vec = make(env_id, n, seed=seed, max_episode_steps=max_steps)
+    kwargs = {"max_episode_steps": max_steps} if max_steps else {}
+    singles = [gym.make(env_id, **kwargs) for _ in range(n)]
+    obs = vec.reset()
+    expected = np.stack([e.reset(seed=seed + i)[0] for i, e in enumerate(singles)])
+    np.testing.assert_allclose(obs.numpy(), expected, rtol=1e-6)
+    ended = 0
+    for _ in range(150):
+        actions = np.stack([vec.action_space.sample() for _ in range(n)])
+        step = vec.step(torch.as_tensor(actions))
+        for i, env in enumerate(singles):
+            o, r, term, trunc, _ = env.step(actions[i])
+            assert step.reward[i].item() == pytest.approx(r, rel=1e-6)
+            assert bool(step.terminated[i]) == term and bool(step.truncated[i]) == trunc
+            np.testing.assert_allclose(step.final_obs[i].numpy(), o, rtol=1e-5, atol=1e-6)
+            if term or trunc:
+                ended += 1
+                o, _ = env.reset()
+            np.testing.assert_allclose(step.obs[i].numpy(), o, rtol=1e-5, atol=1e-6)
+    assert ended > 0, "the test must cross at least one episode end"
+    returns, lengths = vec.pop_episode_stats()
+    assert len(returns) == len(lengths) == ended
+    vec.close()
+
+
+def test_episode_stats_sum_rewards():
+    vec = make("CartPole-v1", 2, seed=3)
+    vec.reset()
+    total = np.zeros(2)
+    finished = []
+    for _ in range(200):
+        step = vec.step(torch.zeros(2, dtype=torch.int64))
+        total += step.reward.numpy()
+        done = (step.terminated | step.truncated).numpy()
+        finished += total[done].tolist()
+        total[done] = 0
+    returns, _ = vec.pop_episode_stats()
+    assert returns == pytest.approx(finished) and len(returns) > 2
+    assert vec.pop_episode_stats() == ([], [])
+
+
+def test_continuous_actions_are_clipped():
+    vec = make("Pendulum-v1", 1, seed=0)
+    vec.reset()
+    vec.step(torch.tensor([[100.0]]))
+    # Pendulum applies u = clip(u, -2, 2); after clipping the stored last_u is 2.0.
+    assert vec._env.unwrapped.envs[0].unwrapped.last_u == pytest.approx(2.0)
+
+
+def test_async_vectorization_matches_sync():
+    actions = torch.tensor([0, 1, 1, 0])
+    out = []
+    for mode in ("sync", "async"):
+        vec = make("CartPole-v1", 4, seed=5, vectorization=mode)
+        vec.reset()
+        out.append(vec.step(actions).obs)
+        vec.close()
+    torch.testing.assert_close(out[0], out[1])
+
+
+class TestErrors:
+    def test_unknown_env(self):
+        with pytest.raises(EnvError, match="NoSuchEnv"):
+            make("NoSuchEnv-v0", 1)
+
+    def test_next_step_mode_is_refused(self):
+        vec = gym.make_vec("CartPole-v1", 2, vectorization_mode="sync")
+        with pytest.raises(EnvError, match="SAME_STEP"):
+            GymVecEnv(vec)
+
+    def test_bad_num_envs(self):
+        with pytest.raises(EnvError, match="num_envs"):
+            make("CartPole-v1", 0)

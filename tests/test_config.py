@@ -1,0 +1,97 @@
+"""Config dataclasses: YAML round trip, overrides, bad keys and types, field docs."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from orin_rl import config as C
+from orin_rl.presets import PRESETS
+
+
+def test_yaml_round_trip(tmp_path):
+    cfg = C.apply_overrides(
+        C.Config(), ["ppo.hidden_sizes=[32, 16]", "train.seed=7", "ppo.target_kl=0.02"]
+    )
+    C.save(cfg, tmp_path / "c.yaml")
+    assert C.load(tmp_path / "c.yaml") == cfg
+
+
+def test_overrides_parse_yaml_values():
+    cfg = C.apply_overrides(
+        C.Config(), ["ppo.learning_rate=3e-4", "ppo.anneal_lr=false", "env.max_episode_steps=null"]
+    )
+    assert cfg.ppo.learning_rate == 3e-4 and cfg.ppo.anneal_lr is False
+    assert cfg.env.max_episode_steps is None
+
+
+def test_int_widens_to_float():
+    assert C.apply_overrides(C.Config(), ["ppo.learning_rate=1"]).ppo.learning_rate == 1.0
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("ppo.lerning_rate=1e-3", "ppo.lerning_rate: unknown key"),
+        ("optim.lr=1", "optim.lr: unknown key"),
+        ("env.num_envs=eight", "env.num_envs: expected an integer"),
+        ("env.num_envs=2.5", "env.num_envs: expected an integer"),
+        ("ppo.anneal_lr=1", "ppo.anneal_lr: expected true/false"),
+        ("train.device=tpu", "train.device: 'tpu' is not one of"),
+        ("env.num_envs=-4", "env.num_envs: must be positive"),
+        ("ppo.gamma=1.5", "ppo.gamma: must be within"),
+        ("ppo.hidden_sizes=[64, x]", "ppo.hidden_sizes[1]: expected an integer"),
+        ("ppo.num_minibatches=7", "does not divide"),
+        ("ppo.learning_rate", "expected section.field=value"),
+    ],
+)
+def test_bad_overrides_name_the_key(override, message):
+    with pytest.raises(C.ConfigError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        C.apply_overrides(C.Config(), [override])
+
+
+def test_file_with_unknown_key_names_file_and_key(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("ppo:\n  num_step: 8\n")
+    with pytest.raises(C.ConfigError, match=r"bad.yaml: ppo.num_step: unknown key"):
+        C.load(path)
+
+
+@pytest.mark.parametrize("text", ["env: [1, 2", "just a string", "- a\n- b\n"])
+def test_broken_or_wrong_kind_yaml(tmp_path, text):
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    with pytest.raises(C.ConfigError):
+        C.load(path)
+
+
+def test_unsafe_yaml_tags_are_refused(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("env: !!python/object/apply:os.system ['echo hi']\n")
+    with pytest.raises(C.ConfigError, match="not valid YAML"):
+        C.load(path)
+
+
+def test_every_field_has_a_docstring():
+    for cls in (C.EnvConfig, C.PPOConfig, C.BufferConfig, C.TrainConfig, C.Config):
+        docs = C.field_docs(cls)
+        missing = [f.name for f in dataclasses.fields(cls) if not docs.get(f.name)]
+        assert not missing, f"{cls.__name__} fields without a docstring: {missing}"
+
+
+def test_derived_sizes():
+    cfg = C.apply_overrides(
+        C.Config(),
+        ["env.num_envs=8", "ppo.num_steps=32", "ppo.num_minibatches=4", "train.total_steps=1000"],
+    )
+    assert (cfg.batch_size, cfg.minibatch_size, cfg.num_iterations) == (256, 64, 4)
+
+
+@pytest.mark.parametrize("env_id", sorted(PRESETS))
+def test_presets_are_valid(env_id):
+    overrides = [
+        f"{k}={v!r}".replace("True", "true").replace("False", "false")
+        for k, v in PRESETS[env_id].items()
+    ]
+    C.apply_overrides(C.Config(), overrides)
