@@ -89,7 +89,8 @@ class BufferConfig:
     """Where the rollout storage lives."""
 
     placement: Literal["auto", "host", "device", "pinned", "managed"] = "auto"
-    """Memory placement: `auto` picks `device` on CUDA and `host` on the CPU."""
+    """Memory: `auto` picks managed on an integrated GPU (Orin), device on a discrete GPU fed
+    from the GPU, pinned on a discrete GPU fed from CPU envs, host on the CPU."""
 
 
 @dataclass
@@ -114,6 +115,8 @@ class TrainConfig:
     """Episodes in each deterministic evaluation."""
     stop_at_threshold: bool = False
     """End training as soon as a periodic evaluation reaches the solved threshold."""
+    solved_patience: int = 2
+    """Consecutive solved periodic evaluations (each on new episodes) before stopping early."""
     solved_threshold: float | None = None
     """Evaluation return that counts as solved (None: gymnasium's reward_threshold)."""
     tensorboard: bool = True
@@ -305,6 +308,7 @@ def validate(cfg: Config) -> None:
         "train.log_every": cfg.train.log_every,
         "train.checkpoint_every": cfg.train.checkpoint_every,
         "train.eval_episodes": cfg.train.eval_episodes,
+        "train.solved_patience": cfg.train.solved_patience,
     }
     for key, value in positive.items():
         if value <= 0:

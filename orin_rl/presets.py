@@ -10,11 +10,13 @@ from __future__ import annotations
 from typing import Any
 
 PRESETS: dict[str, dict[str, Any]] = {
-    # Solves (eval 500) in about 5e4 steps; the zoo's small rollouts with many epochs.
+    # The zoo's small rollouts (8 envs x 32 steps, lr 1e-3, gamma 0.98, lambda 0.8) with half
+    # its 20 epochs: on a 2-core CPU the update dominates, and 10 epochs reached the first
+    # solved evaluation in a median 4.5 s against 8.5 s for 20 (5 and 2 seeds, this box).
     "CartPole-v1": {
         "env.num_envs": 8,
         "ppo.num_steps": 32,
-        "ppo.num_epochs": 20,
+        "ppo.num_epochs": 10,
         "ppo.num_minibatches": 1,
         "ppo.learning_rate": 1e-3,
         "ppo.gamma": 0.98,

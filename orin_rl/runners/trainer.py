@@ -127,6 +127,7 @@ class Trainer:
             self.device,
             cfg.buffer.placement,
             cfg.ppo.num_minibatches,
+            data_device=self.env.device,
         )
         self.algo = PPO(self.policy, self.buffer, cfg.ppo, cfg.num_iterations, self.device)
         self.threshold = (
@@ -137,6 +138,7 @@ class Trainer:
         self.global_step = 0
         self.time_offset = 0.0  # wall time spent by earlier processes of a resumed run
         self.solved_at: dict[str, float] | None = None
+        self.solved_streak = 0  # consecutive solved periodic evaluations
         if state is not None:
             self._restore(state)
         log.info(
@@ -206,14 +208,17 @@ class Trainer:
                         record["charts/episode_return_mean"] = statistics.fmean(episode_returns)
                         bar.set_postfix(ret=f"{record['charts/episode_return_mean']:.1f}")
                     record.update(self._memory_stats())
-                    solved = False
-                    if cfg.train.eval_every and it % cfg.train.eval_every == 0:
-                        solved = self._periodic_eval(record, elapsed)
-                    if it % cfg.train.log_every == 0 or solved:
+                    evaluated = cfg.train.eval_every and it % cfg.train.eval_every == 0
+                    if evaluated:
+                        self._periodic_eval(record, elapsed)
+                    if it % cfg.train.log_every == 0 or evaluated:
                         logger.log(record)
                     if it % cfg.train.checkpoint_every == 0:
                         self._save(elapsed)
-                    if solved and cfg.train.stop_at_threshold:
+                    if (
+                        cfg.train.stop_at_threshold
+                        and self.solved_streak >= cfg.train.solved_patience
+                    ):
                         stop_reason = "solved"
                         break
         finally:
@@ -225,18 +230,19 @@ class Trainer:
         return summary
 
     # ------------------------------------------------------------- bookkeeping
-    def _periodic_eval(self, record: dict[str, Any], elapsed: float) -> bool:
-        returns = self._evaluate()
+    def _periodic_eval(self, record: dict[str, Any], elapsed: float) -> None:
+        # New episodes each time (seeds move with the iteration), so a streak of solved
+        # evaluations is not one lucky set of start states seen again and again.
+        returns = self._evaluate(seed_offset=10_000 + 1_000 * self.algo.iteration)
         record["eval/return_mean"] = statistics.fmean(returns)
         record["eval/return_std"] = statistics.pstdev(returns)
         solved = self.threshold is not None and record["eval/return_mean"] >= self.threshold
+        self.solved_streak = self.solved_streak + 1 if solved else 0
         if solved and self.solved_at is None:
             self.solved_at = {"global_step": self.global_step, "time_s": round(elapsed, 3)}
-        return solved
 
-    def _evaluate(self, seed_offset: int = 10_000) -> list[float]:
-        """Deterministic returns; the final evaluation uses other seeds than the periodic ones,
-        so a run stopped at its first solved evaluation is judged on episodes it never saw."""
+    def _evaluate(self, seed_offset: int) -> list[float]:
+        """Deterministic-policy returns on episodes seeded from ``seed + seed_offset``."""
         cfg = self.cfg
         self.policy.eval()
         try:
@@ -264,7 +270,8 @@ class Trainer:
     ) -> dict[str, Any]:
         cfg = self.cfg
         interrupted = stop_reason in ("SIGINT", "SIGTERM")
-        eval_returns = [] if interrupted else self._evaluate(seed_offset=20_000)
+        # Seeds no periodic evaluation uses: the verdict is on episodes the run never saw.
+        eval_returns = [] if interrupted else self._evaluate(seed_offset=2**30)
         summary: dict[str, Any] = {
             "env_id": cfg.env.env_id,
             "algo": "ppo",

@@ -1,0 +1,231 @@
+"""Benchmark: orin_rl PPO against Stable-Baselines3 PPO on CartPole-v1, same machine, same run.
+
+For each seed, both trainers run in their own process (interleaved, so machine noise hits both)
+and evaluate 20 deterministic episodes every 2560 steps. Reported per trainer: wall time to the
+first solved evaluation (>= 475) measured from the start of training, process wall time
+(interpreter start-up and imports included), steps/s and the final evaluation on unseen seeds.
+
+SB3 runs in its own virtual environment (``--peer-venv``, created on first use with the same
+torch version as ours); it is not a dependency of orin_rl.
+
+    python tools/bench_train.py --seeds 5   # writes docs/benchmarks/train_cpu.json and .md
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def ensure_peer_venv(venv: Path) -> Path:
+    """Create the SB3 venv (same torch version as ours) unless it exists; return its python."""
+    python = venv / "bin" / "python"
+    if not python.exists():
+        torch_version = torch.__version__.split("+")[0]
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        subprocess.run(
+            [
+                str(python),
+                "-m",
+                "pip",
+                "install",
+                "-q",
+                "stable-baselines3",
+                f"torch=={torch_version}",
+            ],
+            check=True,
+        )
+    return python
+
+
+def run_ours(seed: int, workdir: Path) -> dict:
+    out = workdir / f"ours-{seed}"
+    cmd = [
+        sys.executable,
+        "-m",
+        "orin_rl.cli",
+        "-q",
+        "train",
+        "--env",
+        "CartPole-v1",
+        "--device",
+        "cpu",
+        "--seed",
+        str(seed),
+        "--out",
+        str(out),
+        "--no-progress",
+    ]
+    start = time.perf_counter()
+    subprocess.run(cmd, check=True, capture_output=True)
+    wall = time.perf_counter() - start
+    s = json.loads((out / "summary.json").read_text())
+    return {
+        "trainer": "orin_rl",
+        "seed": seed,
+        "process_wall_s": round(wall, 3),
+        "time_to_solve_s": s["solved_at"]["time_s"] if s["solved_at"] else None,
+        "steps_to_solve": s["solved_at"]["global_step"] if s["solved_at"] else None,
+        "train_time_s": s["wall_time_s"],
+        "total_steps": s["total_steps"],
+        "steps_per_s": s["steps_per_s"],
+        "final_eval_mean": s["eval_return_mean"],
+    }
+
+
+def run_peer(python: Path, seed: int) -> dict:
+    cmd = [str(python), str(ROOT / "tools" / "peers" / "sb3_ppo.py"), "--seed", str(seed)]
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, check=True, capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    s = json.loads(proc.stdout.strip().splitlines()[-1])
+    return {
+        "trainer": "sb3",
+        "seed": seed,
+        "process_wall_s": round(wall, 3),
+        "time_to_solve_s": s["solved_at"]["time_s"] if s["solved_at"] else None,
+        "steps_to_solve": s["solved_at"]["global_step"] if s["solved_at"] else None,
+        "train_time_s": s["train_time_s"],
+        "total_steps": s["total_steps"],
+        "steps_per_s": s["steps_per_s"],
+        "final_eval_mean": s["final_eval_mean"],
+    }
+
+
+def summarise(rows: list[dict]) -> dict:
+    solved = [r["time_to_solve_s"] for r in rows if r["time_to_solve_s"] is not None]
+    return {
+        "runs": len(rows),
+        "solved_runs": len(solved),
+        "median_time_to_solve_s": statistics.median(solved) if solved else None,
+        "median_process_wall_s": statistics.median(r["process_wall_s"] for r in rows),
+        "median_steps_per_s": statistics.median(r["steps_per_s"] for r in rows),
+        "median_final_eval": statistics.median(r["final_eval_mean"] for r in rows),
+    }
+
+
+def _row(*cells) -> str:
+    return "| " + " | ".join(str(c) for c in cells) + " |"
+
+
+def markdown(result: dict) -> str:
+    """The result as a Markdown report: summary table, ratio, per-run table."""
+    summary = result["summary"]
+    lines = [
+        "# Training benchmark: CartPole-v1 on the CPU",
+        "",
+        f"Machine: {result['machine']}. torch {result['torch']}, {result['seeds']} seeds, "
+        f"run {result['date']}. Command: `{result['command']}`.",
+        "",
+        "Time to solve = training wall time (evaluations included) until the first evaluation of "
+        "20 deterministic episodes averages >= 475. Process wall = the whole command, start-up "
+        "included. Final eval = 20 episodes on seeds no evaluation used during training.",
+        "",
+        _row(
+            "trainer",
+            "solved runs",
+            "median time to solve (s)",
+            "median process wall (s)",
+            "median steps/s",
+            "median final eval",
+        ),
+        _row(*["---"] * 6),
+    ]
+    names = {"orin_rl": "orin_rl PPO (CartPole preset)", "sb3": "SB3 PPO (zoo hyper-parameters)"}
+    for key, name in names.items():
+        s = summary[key]
+        tts = s["median_time_to_solve_s"]
+        lines.append(
+            _row(
+                name,
+                f"{s['solved_runs']}/{s['runs']}",
+                f"{tts:.2f}" if tts else "—",
+                f"{s['median_process_wall_s']:.1f}",
+                f"{s['median_steps_per_s']:,.0f}",
+                f"{s['median_final_eval']:.1f}",
+            )
+        )
+    ratio = result["ratio_time_to_solve"]
+    if ratio:
+        lines += ["", f"Ratio orin_rl / SB3, median time to solve: **{ratio:.2f}**"]
+    lines += [
+        "",
+        "Per run:",
+        "",
+        _row(
+            "trainer",
+            "seed",
+            "time to solve (s)",
+            "steps to solve",
+            "steps/s",
+            "final eval",
+            "process wall (s)",
+        ),
+        _row(*["---"] * 7),
+    ]
+    for r in result["runs"]:
+        tts = r["time_to_solve_s"] if r["time_to_solve_s"] is not None else "—"
+        lines.append(
+            _row(
+                r["trainer"],
+                r["seed"],
+                tts,
+                r["steps_to_solve"] or "—",
+                f"{r['steps_per_s']:,.0f}",
+                f"{r['final_eval_mean']:.1f}",
+                f"{r['process_wall_s']:.1f}",
+            )
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, default=5)
+    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks")
+    parser.add_argument("--name", default="train_cpu")
+    parser.add_argument("--peer-venv", type=Path, default=ROOT / ".bench-venv")
+    args = parser.parse_args()
+    python = ensure_peer_venv(args.peer_venv)
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for seed in tqdm(range(1, args.seeds + 1), desc="seeds"):
+            rows.append(run_ours(seed, Path(tmp)))
+            rows.append(run_peer(python, seed))
+    summary = {
+        "orin_rl": summarise([r for r in rows if r["trainer"] == "orin_rl"]),
+        "sb3": summarise([r for r in rows if r["trainer"] == "sb3"]),
+    }
+    o, p = summary["orin_rl"]["median_time_to_solve_s"], summary["sb3"]["median_time_to_solve_s"]
+    result = {
+        "benchmark": "ppo_cartpole_time_to_solve",
+        "date": time.strftime("%Y-%m-%d"),
+        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs ({platform.processor() or 'cpu'})",
+        "torch": torch.__version__,
+        "seeds": args.seeds,
+        "command": "python tools/bench_train.py " + " ".join(sys.argv[1:]),
+        "summary": summary,
+        "ratio_time_to_solve": (o / p) if o and p else None,
+        "runs": rows,
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / f"{args.name}.json").write_text(json.dumps(result, indent=2) + "\n")
+    (args.out / f"{args.name}.md").write_text(markdown(result))
+    print(markdown(result))
+
+
+if __name__ == "__main__":
+    main()
