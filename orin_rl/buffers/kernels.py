@@ -167,3 +167,160 @@ def write_step_cpu(dst, t, src):
     """CPU twin of ``write_step_cuda``."""
     for i in range(src.size):
         dst[t, i] = src[i]
+
+
+# ------------------------------------------------------------- ring-buffer insert
+# dst[(pos + row) % capacity, col] = src[row, col]: a batch of transitions written behind the
+# write head, wrapping around the end of the ring.
+
+
+@cuda.jit
+def ring_insert_cuda(dst, pos, src):
+    """Insert 2-D ``src`` rows into ring ``dst`` starting at row ``pos`` (with wrap-around)."""
+    i = cuda.grid(1)
+    rows, cols = src.shape
+    if i < rows * cols:
+        row = i // cols
+        col = i - row * cols
+        dst[(pos + row) % dst.shape[0], col] = src[row, col]
+
+
+@numba.njit(cache=True, nogil=True)
+def ring_insert_cpu(dst, pos, src):
+    """CPU twin of ``ring_insert_cuda``."""
+    rows, cols = src.shape
+    capacity = dst.shape[0]
+    for row in range(rows):
+        r = (pos + row) % capacity
+        for col in range(cols):
+            dst[r, col] = src[row, col]
+
+
+# ----------------------------------------------------------------- uniform sample
+# index_j = min(floor(u_j * size), size - 1) for u_j ~ U[0, 1), then dst[j] = src[index_j]:
+# the draw and the gather in one pass; the indices are written out for the caller.
+
+
+@cuda.jit
+def sample_uniform_cuda(src, u, size, dst, index):
+    """Gather rows of ``src`` at uniform indices in [0, size) drawn from ``u`` into ``dst``."""
+    i = cuda.grid(1)
+    rows, cols = dst.shape
+    if i < rows * cols:
+        row = i // cols
+        col = i - row * cols
+        k = min(int(u[row] * size), size - 1)
+        dst[row, col] = src[k, col]
+        if col == 0:
+            index[row] = k
+
+
+@numba.njit(cache=True, nogil=True)
+def sample_uniform_cpu(src, u, size, dst, index):
+    """CPU twin of ``sample_uniform_cuda``."""
+    rows, cols = dst.shape
+    for row in range(rows):
+        k = min(int(u[row] * size), size - 1)
+        index[row] = k
+        for col in range(cols):
+            dst[row, col] = src[k, col]
+
+
+# ------------------------------------------------------------------------ sum-tree
+# A complete binary tree over ``capacity`` leaves (a power of two) stored in a float64 array
+# of 2 * capacity: node 1 is the root (the total), node n has children 2n and 2n + 1, leaf i
+# sits at capacity + i. Entry 0 is unused.
+#
+# Batched update: write the leaves, then recompute the parents level by level. Every level
+# needs the level below finished, so the update runs as ONE block whose threads stride over
+# the batch and meet at a block barrier between levels: one launch, no atomics, correct for
+# duplicate indices (they rewrite the same parent with the same sum).
+
+SUMTREE_THREADS = 1024
+
+
+@cuda.jit
+def sumtree_update_cuda(tree, capacity, leaves, values, scratch):
+    """Set tree leaves ``leaves[j]`` to ``values[j]`` and repair their ancestors.
+
+    Launch with ONE block (SUMTREE_THREADS threads on a GPU); ``scratch`` is an int64 array
+    of len(leaves) that holds the current node of each update while climbing.
+    """
+    tid = cuda.threadIdx.x
+    stride = cuda.blockDim.x
+    n = leaves.size
+    for j in range(tid, n, stride):
+        node = capacity + leaves[j]
+        tree[node] = values[j]
+        scratch[j] = node
+    cuda.syncthreads()
+    level_size = capacity
+    while level_size > 1:
+        for j in range(tid, n, stride):
+            parent = scratch[j] // 2
+            scratch[j] = parent
+            tree[parent] = tree[2 * parent] + tree[2 * parent + 1]
+        cuda.syncthreads()
+        level_size //= 2
+
+
+@numba.njit(cache=True, nogil=True)
+def sumtree_update_cpu(tree, capacity, leaves, values):
+    """CPU twin of ``sumtree_update_cuda`` (each leaf climbs in turn; exact sums)."""
+    for j in range(leaves.size):
+        node = capacity + leaves[j]
+        tree[node] = values[j]
+        node //= 2
+        while node >= 1:
+            tree[node] = tree[2 * node] + tree[2 * node + 1]
+            node //= 2
+
+
+@cuda.jit(device=True)
+def _descend(tree, capacity, target):
+    node = 1
+    while node < capacity:
+        left = 2 * node
+        if target < tree[left]:
+            node = left
+        else:
+            target -= tree[left]
+            node = left + 1
+    return node - capacity
+
+
+@cuda.jit
+def sumtree_sample_cuda(tree, capacity, size, u, index, priority):
+    """Stratified proportional sampling: draw j takes the leaf where the prefix sum reaches
+    (j + u_j) * total / batch. Writes leaf ``index`` and its ``priority``."""
+    j = cuda.grid(1)
+    batch = u.size
+    if j < batch:
+        total = tree[1]
+        target = (j + u[j]) * (total / batch)
+        # Rounding can push target to the total; stay strictly inside the last leaf's span.
+        target = min(target, total * (1.0 - 1e-12))
+        leaf = _descend(tree, capacity, target)
+        leaf = min(leaf, size - 1)
+        index[j] = leaf
+        priority[j] = tree[capacity + leaf]
+
+
+@numba.njit(cache=True, nogil=True)
+def sumtree_sample_cpu(tree, capacity, size, u, index, priority):
+    """CPU twin of ``sumtree_sample_cuda``."""
+    batch = u.size
+    total = tree[1]
+    for j in range(batch):
+        target = min((j + u[j]) * (total / batch), total * (1.0 - 1e-12))
+        node = 1
+        while node < capacity:
+            left = 2 * node
+            if target < tree[left]:
+                node = left
+            else:
+                target -= tree[left]
+                node = left + 1
+        leaf = min(node - capacity, size - 1)
+        index[j] = leaf
+        priority[j] = tree[capacity + leaf]

@@ -44,20 +44,41 @@ def cuda_simulated() -> bool:
     return bool(config.ENABLE_CUDASIM)
 
 
-def resolve_placement(placement: str, device: torch.device) -> tuple[str, str]:
-    """Return (placement, reason) for a requested placement and the learner's device."""
+def is_integrated(device: torch.device) -> bool:
+    """True for a GPU that shares DRAM with the CPU (Jetson Orin), from the CUDA attributes."""
+    props = torch.cuda.get_device_properties(device)
+    return bool(getattr(props, "is_integrated", False))
+
+
+def resolve_placement(
+    placement: str, device: torch.device, data_device: torch.device | None = None
+) -> tuple[str, str]:
+    """Return (placement, reason) for a request, the learner's ``device`` and ``data_device``,
+    where the data written into the buffer comes from (the environments' device).
+
+    ``auto``: CPU learner → host; integrated GPU → managed (CPU and GPU share the DRAM, so
+    neither side copies); discrete GPU fed from the GPU → device; discrete GPU fed from
+    CPU environments → pinned (page-locked host memory, copied asynchronously).
+    """
     if placement not in ("auto", *PLACEMENTS):
         raise PlacementError(
             f"unknown buffer placement {placement!r}; choose auto, {', '.join(PLACEMENTS)}"
         )
+    data_device = device if data_device is None else torch.device(data_device)
     if placement == "auto":
-        if device.type == "cuda":
-            return "device", "learner on CUDA: buffer in device memory next to the learner"
-        return "host", "learner on the CPU: buffer in host memory"
+        if device.type != "cuda":
+            return "host", "learner on the CPU: buffer in host memory"
+        if is_integrated(device):
+            if cuda_simulated():
+                return "host", "integrated GPU, but the Numba simulator has no managed memory"
+            return "managed", "integrated GPU shares DRAM with the CPU: unified (managed) memory"
+        if data_device.type == "cuda":
+            return "device", "discrete GPU fed from the GPU: buffer in device memory"
+        return "pinned", "discrete GPU fed from CPU environments: pinned host memory"
     if placement in ("device", "managed") and device.type != "cuda":
         raise PlacementError(
             f"buffer placement {placement!r} needs a CUDA learner; use --device cuda or "
-            "--set buffer.placement=host"
+            "--buffer-placement host"
         )
     if placement == "managed" and cuda_simulated():
         return "host", "Numba CUDA simulator has no managed memory: falling back to host"

@@ -25,7 +25,8 @@ def numba_view(tensor: torch.Tensor) -> Any:
     return tensor.detach().numpy()
 
 
-def _stream(device: torch.device):
+def stream(device: torch.device):
+    """Numba's handle on torch's current stream of ``device`` (kernels order with torch ops)."""
     from numba import cuda
 
     return cuda.external_stream(torch.cuda.current_stream(device).cuda_stream)
@@ -46,7 +47,7 @@ def gae(
     args = (rewards, values, next_values, terminated, episode_end, float(gamma), float(lam))
     if device.type == "cuda":
         num_envs = rewards.shape[1]
-        kernels.gae_cuda[kernels.blocks_for(num_envs), kernels.THREADS_PER_BLOCK, _stream(device)](
+        kernels.gae_cuda[kernels.blocks_for(num_envs), kernels.THREADS_PER_BLOCK, stream(device)](
             *args, advantages
         )
     else:
@@ -68,18 +69,18 @@ def normalize_(x: torch.Tensor, eps: float = 1e-8, view: Any = None) -> None:
         return
     moments = torch.zeros(2, dtype=torch.float64, device=x.device)  # (sum, sum of squares)
     moments_view = numba_view(moments)
-    stream = _stream(x.device)
+    launch_stream = stream(x.device)
     tpb = kernels.THREADS_PER_BLOCK
     blocks = min(kernels.blocks_for(flat.numel()), kernels.REDUCE_BLOCKS_MAX)
-    kernels.moments_cuda[blocks, tpb, stream](view, moments_view)
-    kernels.normalize_cuda[blocks, tpb, stream](view, moments_view, float(eps))
+    kernels.moments_cuda[blocks, tpb, launch_stream](view, moments_view)
+    kernels.normalize_cuda[blocks, tpb, launch_stream](view, moments_view, float(eps))
 
 
 def gather(src: Any, index: Any, dst: Any, device: torch.device) -> None:
     """dst[j] = src[index[j]] on Numba views of 2-D ``src``/``dst`` and 1-D int64 ``index``."""
     if device.type == "cuda":
         n = dst.shape[0] * dst.shape[1]
-        kernels.gather_cuda[kernels.blocks_for(n), kernels.THREADS_PER_BLOCK, _stream(device)](
+        kernels.gather_cuda[kernels.blocks_for(n), kernels.THREADS_PER_BLOCK, stream(device)](
             src, index, dst
         )
     else:

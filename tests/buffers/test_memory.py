@@ -1,0 +1,76 @@
+"""Placement policy and allocation."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from orin_rl.buffers import PlacementError, memory
+
+CUDA, CPU = torch.device("cuda"), torch.device("cpu")
+
+
+@pytest.fixture
+def gpu(monkeypatch):
+    """Pretend to be on a GPU machine of a given kind (the policy reads only these facts)."""
+
+    def set_kind(integrated: bool, simulated: bool = False):
+        monkeypatch.setattr(memory, "is_integrated", lambda device: integrated)
+        monkeypatch.setattr(memory, "cuda_simulated", lambda: simulated)
+
+    return set_kind
+
+
+@pytest.mark.parametrize(
+    ("integrated", "simulated", "data_device", "expected"),
+    [
+        (True, False, CPU, "managed"),  # Orin: CPU and GPU share DRAM
+        (True, False, CUDA, "managed"),
+        (True, True, CPU, "host"),  # the simulator has no managed memory
+        (False, False, CUDA, "device"),  # discrete GPU, GPU-native envs
+        (False, False, CPU, "pinned"),  # discrete GPU fed by CPU envs
+    ],
+)
+def test_auto_policy(gpu, integrated, simulated, data_device, expected):
+    gpu(integrated, simulated)
+    placement, reason = memory.resolve_placement("auto", CUDA, data_device)
+    assert placement == expected and reason
+
+
+def test_auto_on_cpu_is_host():
+    assert memory.resolve_placement("auto", CPU)[0] == "host"
+
+
+@pytest.mark.parametrize("placement", ["device", "managed"])
+def test_gpu_placements_need_a_cuda_learner(placement):
+    with pytest.raises(PlacementError, match="needs a CUDA learner"):
+        memory.resolve_placement(placement, CPU)
+
+
+def test_unknown_placement():
+    with pytest.raises(PlacementError, match="unknown buffer placement"):
+        memory.resolve_placement("shared", CPU)
+
+
+def test_managed_request_that_does_not_fit_is_refused(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (1 << 30, 80 << 30))
+    with pytest.raises(PlacementError, match="does not fit"):
+        memory.allocate((1 << 30,), torch.float32, "managed", CUDA)
+
+
+def test_host_storage_is_zero_copy():
+    s = memory.allocate((3, 4), torch.float32, "host", CPU)
+    s.view[1, 2] = 7.0
+    assert s.tensor[1, 2].item() == 7.0
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("placement", ["device", "managed", "pinned"])
+def test_gpu_storage_is_zero_copy(placement):
+    s = memory.allocate((3, 4), torch.float32, placement, CUDA)
+    s.tensor[1, 2] = 5.0
+    if placement == "pinned":
+        assert s.tensor.is_pinned() and s.view[1, 2] == 5.0
+    else:
+        torch.cuda.synchronize()
+        assert s.view.copy_to_host()[1, 2] == 5.0
