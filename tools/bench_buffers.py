@@ -44,6 +44,27 @@ def time_us(fn: Callable[[], object], device: torch.device, repeats: int = 50, w
     return statistics.median(samples), samples[min(len(samples) - 1, int(0.99 * len(samples)))]
 
 
+def time_graph_us(fn: Callable[[], object], device: torch.device, repeats: int = 50):
+    """Median and p99 of replaying ``fn`` captured in a CUDA graph: device time without the
+    Python launch cost (Numba kernels launch on torch's stream, so they are captured too)."""
+    if device.type != "cuda":
+        return None
+    side = torch.cuda.Stream(device)
+    side.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream(device).wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return time_us(graph.replay, device, repeats)
+
+
+def _gb_s(nbytes: int, us: float) -> float:
+    return nbytes / (us * 1e-6) / 1e9
+
+
 def copy_bandwidth(device: torch.device) -> float:
     """GB/s of a large device-to-device copy (bytes read + written)."""
     n = (1 << 30) // 4 if device.type == "cuda" else (1 << 26) // 4
@@ -73,7 +94,8 @@ def bench_gae(device: torch.device, num_envs: int, num_steps: int = 128) -> dict
     end = term | (torch.rand(shape, generator=g) < 0.005).to(device)
     adv = torch.empty(shape, device=device)
     views = [ops.numba_view(t) for t in (r, v, nv, term, end, adv)]  # made once, as buffers do
-    ours = time_us(lambda: ops.gae(*views[:5], 0.99, 0.95, views[5], device), device)
+    run = lambda: ops.gae(*views[:5], 0.99, 0.95, views[5], device)  # noqa: E731
+    ours, graph = time_us(run, device), time_graph_us(run, device)
     ref = time_us(lambda: torch_gae(r, v, nv, term, end, 0.99, 0.95), device, repeats=20)
     torch.testing.assert_close(
         adv, torch_gae(r, v, nv, term, end, 0.99, 0.95), rtol=1e-4, atol=1e-4
@@ -87,6 +109,8 @@ def bench_gae(device: torch.device, num_envs: int, num_steps: int = 128) -> dict
         "torch_loop_us": ref[0],
         "speedup": ref[0] / ours[0],
         "ours_gb_s": nbytes / (ours[0] * 1e-6) / 1e9,
+        "graph_us": graph[0] if graph else None,
+        "graph_gb_s": _gb_s(nbytes, graph[0]) if graph else None,
     }
 
 
@@ -95,7 +119,8 @@ def bench_gather(device: torch.device, rows: int, cols: int, take: int) -> dict:
     index = torch.randperm(rows, device=device)[:take]
     dst = torch.empty(take, cols, device=device)
     sv, iv, dv = ops.numba_view(src), ops.numba_view(index), ops.numba_view(dst)
-    ours = time_us(lambda: ops.gather(sv, iv, dv, device), device)
+    run = lambda: ops.gather(sv, iv, dv, device)  # noqa: E731
+    ours, graph = time_us(run, device), time_graph_us(run, device)
     ref = time_us(lambda: torch.index_select(src, 0, index, out=dst), device)
     nbytes = take * cols * 4 * 2 + take * 8
     return {
@@ -106,13 +131,16 @@ def bench_gather(device: torch.device, rows: int, cols: int, take: int) -> dict:
         "ours_gb_s": nbytes / (ours[0] * 1e-6) / 1e9,
         "torch_index_select_us": ref[0],
         "torch_gb_s": nbytes / (ref[0] * 1e-6) / 1e9,
+        "graph_us": graph[0] if graph else None,
+        "graph_gb_s": _gb_s(nbytes, graph[0]) if graph else None,
     }
 
 
 def bench_normalize(device: torch.device, n: int) -> dict:
     x = torch.randn(n, device=device)
     view = ops.numba_view(x)
-    ours = time_us(lambda: ops.normalize_(x, view=view), device)
+    run = lambda: ops.normalize_(x, view=view)  # noqa: E731
+    ours, graph = time_us(run, device), time_graph_us(run, device)
     ref = time_us(lambda: x.sub_(x.mean()).div_(x.std() + 1e-8), device)
     nbytes = 3 * n * 4  # read for the moments, read + write for the normalisation
     return {
@@ -121,6 +149,8 @@ def bench_normalize(device: torch.device, n: int) -> dict:
         "ours_gb_s": nbytes / (ours[0] * 1e-6) / 1e9,
         "torch_us": ref[0],
         "torch_gb_s": nbytes / (ref[0] * 1e-6) / 1e9,
+        "graph_us": graph[0] if graph else None,
+        "graph_gb_s": _gb_s(nbytes, graph[0]) if graph else None,
     }
 
 
@@ -155,7 +185,7 @@ def bench_per(device: torch.device, capacity: int = 1 << 20, batch: int = 4096) 
     buf = PrioritizedReplayBuffer(
         capacity, fields, device, "device" if device.type == "cuda" else "host"
     )
-    chunk = 1 << 16
+    chunk = min(1 << 16, capacity)
     for _ in range(0, capacity, chunk):
         buf.add(
             {
@@ -170,6 +200,10 @@ def bench_per(device: torch.device, capacity: int = 1 << 20, batch: int = 4096) 
         buf.update_priorities(b.indices, td)
 
     ours_t = time_us(ours, device, repeats=100)
+    sample_t = time_us(lambda: buf.sample(batch), device, repeats=100)
+    b = buf.sample(batch)
+    update_t = time_us(lambda: buf.update_priorities(b.indices, td), device, repeats=100)
+    graph_t = time_graph_us(ours, device, repeats=100)
     tree = NumpySumTree(capacity)
     rng = np.random.default_rng(0)
     tree.update(np.arange(capacity), rng.random(capacity))
@@ -187,6 +221,10 @@ def bench_per(device: torch.device, capacity: int = 1 << 20, batch: int = 4096) 
         "ours_p99_us": ours_t[1],
         "numpy_us": ref_t[0],
         "speedup_vs_numpy": ref_t[0] / ours_t[0],
+        "sample_only_us": sample_t[0],
+        "update_only_us": update_t[0],
+        "graph_us": graph_t[0] if graph_t else None,
+        "graph_speedup_vs_numpy": ref_t[0] / graph_t[0] if graph_t else None,
     }
     result.update(bench_torchrl(device, capacity, batch))
     return result
@@ -202,7 +240,7 @@ def bench_torchrl(device: torch.device, capacity: int, batch: int) -> dict:
     rb = TorchRLPER(
         alpha=0.6, beta=0.4, storage=LazyTensorStorage(capacity, device=device), batch_size=batch
     )
-    chunk = 1 << 16
+    chunk = min(1 << 16, capacity)
     for _ in range(0, capacity, chunk):
         rb.extend(TensorDict({"obs": torch.randn(chunk, 8, device=device)}, batch_size=[chunk]))
     td = torch.rand(batch, device=device)
@@ -215,39 +253,60 @@ def bench_torchrl(device: torch.device, capacity: int, batch: int) -> dict:
     return {"torchrl_us": t[0], "torchrl_p99_us": t[1]}
 
 
+def _f(x, spec=".0f"):
+    return "—" if x is None else format(x, spec)
+
+
 def markdown(r: dict) -> str:
+    """Tables of the result. 'eager' = launched from Python per call; 'graph' = the same
+    calls captured once in a CUDA graph and replayed (the device's own time)."""
+    copy = r["copy_gb_s"]
     lines = [
         f"# Buffer kernels on {r['device_name']}",
         "",
         f"Run {r['date']}, torch {r['torch']}, numba {r['numba']}. Command: `{r['command']}`.",
-        f"Copy bandwidth (device to device, read + write): **{r['copy_gb_s']:.0f} GB/s**.",
+        f"Copy bandwidth (device to device, read + write): **{copy:.0f} GB/s**. "
+        "Eager = launched from Python each call; graph = captured once in a CUDA graph and "
+        "replayed (device time, no Python launch cost). GB/s count bytes read + written once.",
         "",
-        "| GAE (num_steps × num_envs) | ours (µs) | PyTorch loop (µs) | speed-up | ours GB/s | % of copy |",
-        "|---|---|---|---|---|---|",
+        "| GAE (steps × envs) | eager (µs) | graph (µs) | PyTorch loop (µs) | speed-up (eager) | graph GB/s | % of copy |",
+        "|---|---|---|---|---|---|---|",
     ]
     for g in r["gae"]:
+        pct = 100 * g["graph_gb_s"] / copy if g["graph_gb_s"] else None
         lines.append(
-            f"| {g['num_steps']} × {g['num_envs']} | {g['ours_us']:.1f} | {g['torch_loop_us']:.0f} | "
-            f"{g['speedup']:.0f}× | {g['ours_gb_s']:.0f} | {100 * g['ours_gb_s'] / r['copy_gb_s']:.0f}% |"
+            f"| {g['num_steps']} × {g['num_envs']} | {g['ours_us']:.1f} | {_f(g['graph_us'], '.1f')} | "
+            f"{g['torch_loop_us']:.0f} | {g['speedup']:.0f}× | {_f(g['graph_gb_s'])} | {_f(pct)}% |"
         )
-    g, n = r["gather"], r["normalize"]
     lines += [
         "",
-        "| kernel | size | ours (µs) | ours GB/s | % of copy | torch (µs) | torch GB/s |",
-        "|---|---|---|---|---|---|---|",
-        f"| minibatch gather | {g['take']:,} of {g['rows']:,} rows × {g['cols']} | {g['ours_us']:.0f} | "
-        f"{g['ours_gb_s']:.0f} | {100 * g['ours_gb_s'] / r['copy_gb_s']:.0f}% | "
-        f"{g['torch_index_select_us']:.0f} | {g['torch_gb_s']:.0f} |",
-        f"| advantage normalisation | {n['n']:,} | {n['ours_us']:.0f} | {n['ours_gb_s']:.0f} | "
-        f"{100 * n['ours_gb_s'] / r['copy_gb_s']:.0f}% | {n['torch_us']:.0f} | {n['torch_gb_s']:.0f} |",
-        "",
+        "| kernel | size | eager (µs) | graph (µs) | graph GB/s | % of copy | torch (µs) | torch GB/s |",
+        "|---|---|---|---|---|---|---|---|",
     ]
+    for name, k, size, ref in (
+        (
+            "minibatch gather",
+            r["gather"],
+            f"{r['gather']['take']:,} of {r['gather']['rows']:,} rows × {r['gather']['cols']}",
+            "torch_index_select_us",
+        ),
+        ("advantage normalisation", r["normalize"], f"{r['normalize']['n']:,}", "torch_us"),
+    ):
+        pct = 100 * k["graph_gb_s"] / copy if k["graph_gb_s"] else None
+        lines.append(
+            f"| {name} | {size} | {k['ours_us']:.0f} | {_f(k['graph_us'])} | {_f(k['graph_gb_s'])} | "
+            f"{_f(pct)}% | {k[ref]:.0f} | {k['torch_gb_s']:.0f} |"
+        )
     p = r["per"]
     torchrl = f"{p['torchrl_us']:.0f} µs" if "torchrl_us" in p else p.get("torchrl", "—")
     lines += [
-        f"Prioritized replay, capacity {p['capacity']:,}, batch {p['batch']}: sample + priority "
-        f"update **{p['ours_us']:.0f} µs** (p99 {p['ours_p99_us']:.0f}); vectorised numpy "
-        f"sum-tree {p['numpy_us']:.0f} µs (**{p['speedup_vs_numpy']:.1f}×**); TorchRL: {torchrl}.",
+        "",
+        f"Prioritized replay, capacity {p['capacity']:,}, batch {p['batch']}, sample + priority "
+        f"update: eager **{p['ours_us']:.0f} µs** (p99 {p['ours_p99_us']:.0f}; sample "
+        f"{p['sample_only_us']:.0f}, update {p['update_only_us']:.0f}), graph "
+        f"{_f(p['graph_us'])} µs; vectorised numpy sum-tree {p['numpy_us']:.0f} µs "
+        f"(eager **{p['speedup_vs_numpy']:.1f}×**, graph {_f(p['graph_speedup_vs_numpy'], '.1f')}×); "
+        f"TorchRL {torchrl}.",
         "",
     ]
     return "\n".join(lines)

@@ -25,6 +25,19 @@ def blocks_for(n: int, threads: int = THREADS_PER_BLOCK) -> int:
     return max(1, (n + threads - 1) // threads)
 
 
+MAX_GRID_Y = 65535
+
+
+def row_launch(rows: int, cols: int) -> tuple[tuple[int, int], tuple[int, int]]:
+    """(grid, block) for the row kernels: threadIdx.x walks a row's columns (coalesced),
+    threadIdx.y and the grid's y axis walk rows (grid-stride past 65535 blocks). No integer
+    division in the kernel: 64-bit division is emulated on a GPU and dominated these kernels.
+    """
+    tx = min(32, 1 << max(0, (cols - 1).bit_length()))
+    ty = THREADS_PER_BLOCK // tx
+    return (1, min(MAX_GRID_Y, blocks_for(rows, ty))), (tx, ty)
+
+
 # --------------------------------------------------------------------------- GAE
 # delta_t = r_t + gamma * V(s_{t+1}) * (1 - terminated_t) - V(s_t)
 # A_t     = delta_t + gamma * lambda * (1 - episode_end_t) * A_{t+1}
@@ -131,13 +144,14 @@ def normalize_cpu(x, eps):
 
 @cuda.jit
 def gather_cuda(src, index, dst):
-    """Row gather of a 2-D ``src`` by ``index`` into 2-D ``dst``."""
-    i = cuda.grid(1)
+    """Row gather of a 2-D ``src`` by ``index`` into 2-D ``dst`` (launch with ``row_launch``)."""
     rows, cols = dst.shape
-    if i < rows * cols:
-        row = i // cols
-        col = i - row * cols
-        dst[row, col] = src[index[row], col]
+    for row in range(
+        cuda.blockIdx.y * cuda.blockDim.y + cuda.threadIdx.y, rows, cuda.gridDim.y * cuda.blockDim.y
+    ):
+        s = index[row]
+        for col in range(cuda.threadIdx.x, cols, cuda.blockDim.x):
+            dst[row, col] = src[s, col]
 
 
 @numba.njit(cache=True, nogil=True)
@@ -176,13 +190,17 @@ def write_step_cpu(dst, t, src):
 
 @cuda.jit
 def ring_insert_cuda(dst, pos, src):
-    """Insert 2-D ``src`` rows into ring ``dst`` starting at row ``pos`` (with wrap-around)."""
-    i = cuda.grid(1)
+    """Insert 2-D ``src`` rows into ring ``dst`` from row ``pos`` on (``row_launch``)."""
     rows, cols = src.shape
-    if i < rows * cols:
-        row = i // cols
-        col = i - row * cols
-        dst[(pos + row) % dst.shape[0], col] = src[row, col]
+    capacity = dst.shape[0]
+    for row in range(
+        cuda.blockIdx.y * cuda.blockDim.y + cuda.threadIdx.y, rows, cuda.gridDim.y * cuda.blockDim.y
+    ):
+        r = pos + row
+        if r >= capacity:  # at most one wrap: rows <= capacity
+            r -= capacity
+        for col in range(cuda.threadIdx.x, cols, cuda.blockDim.x):
+            dst[r, col] = src[row, col]
 
 
 @numba.njit(cache=True, nogil=True)
@@ -203,16 +221,16 @@ def ring_insert_cpu(dst, pos, src):
 
 @cuda.jit
 def sample_uniform_cuda(src, u, size, dst, index):
-    """Gather rows of ``src`` at uniform indices in [0, size) drawn from ``u`` into ``dst``."""
-    i = cuda.grid(1)
+    """Gather rows of ``src`` at uniform indices in [0, size) drawn from ``u`` (``row_launch``)."""
     rows, cols = dst.shape
-    if i < rows * cols:
-        row = i // cols
-        col = i - row * cols
+    for row in range(
+        cuda.blockIdx.y * cuda.blockDim.y + cuda.threadIdx.y, rows, cuda.gridDim.y * cuda.blockDim.y
+    ):
         k = min(int(u[row] * size), size - 1)
-        dst[row, col] = src[k, col]
-        if col == 0:
+        if cuda.threadIdx.x == 0:
             index[row] = k
+        for col in range(cuda.threadIdx.x, cols, cuda.blockDim.x):
+            dst[row, col] = src[k, col]
 
 
 @numba.njit(cache=True, nogil=True)

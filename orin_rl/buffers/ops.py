@@ -25,11 +25,32 @@ def numba_view(tensor: torch.Tensor) -> Any:
     return tensor.detach().numpy()
 
 
-def stream(device: torch.device):
-    """Numba's handle on torch's current stream of ``device`` (kernels order with torch ops)."""
-    from numba import cuda
+_STREAMS: dict[int, Any] = {}
 
-    return cuda.external_stream(torch.cuda.current_stream(device).cuda_stream)
+
+def stream(device: torch.device):
+    """Numba's handle on torch's current stream of ``device`` (kernels order with torch ops).
+
+    Inside ``torch.cuda.graph`` capture this is the capture stream, so kernels are captured.
+    """
+    ptr = torch.cuda.current_stream(device).cuda_stream
+    handle = _STREAMS.get(ptr)
+    if handle is None:
+        from numba import cuda
+
+        handle = _STREAMS[ptr] = cuda.external_stream(ptr)
+    return handle
+
+
+_MOMENTS: dict[torch.device, tuple[torch.Tensor, Any]] = {}
+
+
+def _moments_scratch(device: torch.device) -> tuple[torch.Tensor, Any]:
+    """A per-device float64 (sum, sum of squares) pair and its Numba view, made once."""
+    if device not in _MOMENTS:
+        moments = torch.zeros(2, dtype=torch.float64, device=device)
+        _MOMENTS[device] = (moments, numba_view(moments))
+    return _MOMENTS[device]
 
 
 def gae(
@@ -67,8 +88,9 @@ def normalize_(x: torch.Tensor, eps: float = 1e-8, view: Any = None) -> None:
     if x.device.type != "cuda":
         kernels.normalize_cpu(view, eps)
         return
-    moments = torch.zeros(2, dtype=torch.float64, device=x.device)  # (sum, sum of squares)
-    moments_view = numba_view(moments)
+    # Reused scratch is safe: every use is ordered on the same stream.
+    moments, moments_view = _moments_scratch(x.device)
+    moments.zero_()
     launch_stream = stream(x.device)
     tpb = kernels.THREADS_PER_BLOCK
     blocks = min(kernels.blocks_for(flat.numel()), kernels.REDUCE_BLOCKS_MAX)
@@ -79,10 +101,8 @@ def normalize_(x: torch.Tensor, eps: float = 1e-8, view: Any = None) -> None:
 def gather(src: Any, index: Any, dst: Any, device: torch.device) -> None:
     """dst[j] = src[index[j]] on Numba views of 2-D ``src``/``dst`` and 1-D int64 ``index``."""
     if device.type == "cuda":
-        n = dst.shape[0] * dst.shape[1]
-        kernels.gather_cuda[kernels.blocks_for(n), kernels.THREADS_PER_BLOCK, stream(device)](
-            src, index, dst
-        )
+        grid, block = kernels.row_launch(*dst.shape)
+        kernels.gather_cuda[grid, block, stream(device)](src, index, dst)
     else:
         kernels.gather_cpu(src, index, dst)
 

@@ -12,6 +12,7 @@ import logging
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -161,8 +162,8 @@ class ReplayBuffer:
         if src.numel() == 0:
             return
         if self.storage_device.type == "cuda":
-            grid = kernels.blocks_for(src.numel())
-            kernels.ring_insert_cuda[grid, kernels.THREADS_PER_BLOCK, ops.stream(src.device)](
+            grid, block = kernels.row_launch(*src.shape)
+            kernels.ring_insert_cuda[grid, block, ops.stream(src.device)](
                 dst_view, self.pos, ops.numba_view(src)
             )
         else:
@@ -188,8 +189,8 @@ class ReplayBuffer:
 
     def _sample_uniform(self, src_view, u, flat: torch.Tensor, index: torch.Tensor) -> None:
         if self.storage_device.type == "cuda":
-            grid = kernels.blocks_for(flat.numel())
-            kernels.sample_uniform_cuda[grid, kernels.THREADS_PER_BLOCK, ops.stream(flat.device)](
+            grid, block = kernels.row_launch(*flat.shape)
+            kernels.sample_uniform_cuda[grid, block, ops.stream(flat.device)](
                 src_view, ops.numba_view(u), self.size, ops.numba_view(flat), ops.numba_view(index)
             )
         else:
@@ -278,6 +279,19 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         self.tree = torch.zeros(2 * self.tree_capacity, dtype=torch.float64, device=dev)
         self._tree_view = ops.numba_view(self.tree)
         self._max_priority = torch.ones((), dtype=torch.float64, device=dev)  # p^alpha
+        self._scratch: dict[tuple[str, int], tuple[torch.Tensor, Any]] = {}
+
+    def _buffer(self, name: str, n: int, dtype: torch.dtype) -> tuple[torch.Tensor, Any]:
+        """A reusable device tensor (and its Numba view) for kernel arguments, per size.
+
+        Reuse is safe because every use is ordered on the same stream; tensors handed to the
+        caller are clones.
+        """
+        key = (name, n)
+        if key not in self._scratch:
+            t = torch.empty(n, dtype=dtype, device=self.storage_device)
+            self._scratch[key] = (t, ops.numba_view(t))
+        return self._scratch[key]
 
     @property
     def total_priority(self) -> torch.Tensor:
@@ -303,20 +317,22 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         torch.maximum(self._max_priority, p.max(), out=self._max_priority)
 
     def _set(self, slots: torch.Tensor, values: torch.Tensor) -> None:
-        slots = slots.contiguous()
-        values = values.to(torch.float64).contiguous()
+        n = len(slots)
         if self.storage_device.type == "cuda":
-            scratch = torch.empty_like(slots)
-            kernels.sumtree_update_cuda[1, kernels.SUMTREE_THREADS, ops.stream(slots.device)](
-                self._tree_view,
-                self.tree_capacity,
-                ops.numba_view(slots),
-                ops.numba_view(values),
-                ops.numba_view(scratch),
+            leaves, leaves_view = self._buffer("leaves", n, torch.int64)
+            vals, vals_view = self._buffer("values", n, torch.float64)
+            _, climb_view = self._buffer("climb", n, torch.int64)
+            leaves.copy_(slots)
+            vals.copy_(values)
+            kernels.sumtree_update_cuda[1, kernels.SUMTREE_THREADS, ops.stream(leaves.device)](
+                self._tree_view, self.tree_capacity, leaves_view, vals_view, climb_view
             )
         else:
             kernels.sumtree_update_cpu(
-                self._tree_view, self.tree_capacity, slots.numpy(), values.numpy()
+                self._tree_view,
+                self.tree_capacity,
+                slots.contiguous().numpy(),
+                values.to(torch.float64).contiguous().numpy(),
             )
 
     def sample(self, batch_size: int, beta: float | None = None) -> ReplayBatch:
@@ -324,34 +340,23 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         self._check_sample(batch_size)
         beta = self.beta if beta is None else beta
         dev = self.storage_device
-        u = torch.rand(batch_size, device=dev, dtype=torch.float64)
-        index = torch.empty(batch_size, dtype=torch.int64, device=dev)
-        prio = torch.empty(batch_size, dtype=torch.float64, device=dev)
+        u, u_view = self._buffer("u", batch_size, torch.float64)
+        index, index_view = self._buffer("index", batch_size, torch.int64)
+        prio, prio_view = self._buffer("priority", batch_size, torch.float64)
+        torch.rand(batch_size, dtype=torch.float64, device=dev, out=u)
         if dev.type == "cuda":
             kernels.sumtree_sample_cuda[
                 kernels.blocks_for(batch_size), kernels.THREADS_PER_BLOCK, ops.stream(dev)
-            ](
-                self._tree_view,
-                self.tree_capacity,
-                self.size,
-                ops.numba_view(u),
-                ops.numba_view(index),
-                ops.numba_view(prio),
-            )
+            ](self._tree_view, self.tree_capacity, self.size, u_view, index_view, prio_view)
         else:
             kernels.sumtree_sample_cpu(
-                self._tree_view,
-                self.tree_capacity,
-                self.size,
-                u.numpy(),
-                index.numpy(),
-                prio.numpy(),
+                self._tree_view, self.tree_capacity, self.size, u_view, index_view, prio_view
             )
         # w_i = (N * P(i))^-beta / max_j w_j
         weights = (self.size * prio / self.total_priority).pow(-beta)
         weights = (weights / weights.max()).to(torch.float32)
         data = self.gather(index)
-        return ReplayBatch(data, index.to(self.device), weights.to(self.device))
+        return ReplayBatch(data, index.to(self.device, copy=True), weights.to(self.device))
 
     def state_dict(self) -> dict:
         """Transitions, ring position, and the tree's leaves and maximum priority."""

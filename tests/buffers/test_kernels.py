@@ -69,8 +69,7 @@ class TestGather:
         src = rng.integers(0, 255, size=(rows, cols)).astype(np.uint8)
         index = rng.permutation(rows)[:take].astype(np.int64)
         dst = np.zeros((take, cols), np.uint8)
-        n = take * cols
-        kernels.gather_cuda[kernels.blocks_for(n), kernels.THREADS_PER_BLOCK](src, index, dst)
+        kernels.gather_cuda[kernels.row_launch(take, cols)](src, index, dst)
         np.testing.assert_array_equal(dst, src[index])
 
 
@@ -94,3 +93,19 @@ class TestWriteStep:
         src = torch.from_numpy(rng.normal(size=(4, 2)).astype(np.float32))
         ops.write_step(ops.numba_view(dst.view(3, -1)), 2, src)
         torch.testing.assert_close(dst[2], src)
+
+
+def test_row_kernels_grid_stride_past_the_grid(rng):
+    """A grid smaller than the rows (as past 65535 blocks on a GPU) still covers every row."""
+    src = rng.normal(size=(300, 5))
+    index = rng.permutation(300).astype(np.int64)
+    dst = np.zeros((300, 5))
+    kernels.gather_cuda[(1, 2), (4, 8)](src, index, dst)  # 16 row-threads, 4 column-threads
+    np.testing.assert_array_equal(dst, src[index])
+
+
+@pytest.mark.parametrize(("rows", "cols"), [(1, 1), (10, 3), (1 << 24, 16), (5, 100)])
+def test_row_launch_shapes(rows, cols):
+    (gx, gy), (tx, ty) = kernels.row_launch(rows, cols)
+    assert gx == 1 and tx * ty == kernels.THREADS_PER_BLOCK and tx <= 32
+    assert tx >= min(cols, 32) and gy <= kernels.MAX_GRID_Y

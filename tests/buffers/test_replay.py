@@ -55,7 +55,7 @@ class TestRingInsert:
         kernels.ring_insert_cpu(a, pos, src)
         np.testing.assert_array_equal(a, expected)
         b = dst.copy()
-        kernels.ring_insert_cuda[kernels.blocks_for(n * cols), TPB](b, pos, src)
+        kernels.ring_insert_cuda[kernels.row_launch(n, cols)](b, pos, src)
         np.testing.assert_array_equal(b, expected)
 
 
@@ -69,7 +69,7 @@ class TestUniformSample:
         if kernel == "cpu":
             kernels.sample_uniform_cpu(src, u, size, dst, index)
         else:
-            kernels.sample_uniform_cuda[kernels.blocks_for(900), TPB](src, u, size, dst, index)
+            kernels.sample_uniform_cuda[kernels.row_launch(300, 3)](src, u, size, dst, index)
         np.testing.assert_array_equal(index, np.minimum((u * size).astype(np.int64), size - 1))
         np.testing.assert_array_equal(dst, src[index])
 
