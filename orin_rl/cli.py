@@ -67,6 +67,41 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--print-config", action="store_true", help="print the config and exit")
 
 
+def _add_export(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "export",
+        help="turn a run folder into a verified ONNX deploy bundle",
+        description="Export the deterministic policy (normaliser folded in) to ONNX, check it "
+        "and compare it with PyTorch through ONNX Runtime.",
+    )
+    p.add_argument("run_dir", type=Path, help="run folder written by orin-rl train")
+    p.add_argument("--out", type=Path, help="bundle folder (default: RUN_DIR/bundle)")
+    p.add_argument("--opset", type=int, default=17, help="ONNX opset (default 17)")
+    p.add_argument("--batch", default="dynamic", help="'dynamic' or a fixed batch size")
+    p.add_argument("--fp16", action="store_true", help="fp16 weights and maths (fp32 I/O)")
+    p.add_argument("--int8", action="store_true", help="also write a Q/DQ int8 model")
+    p.add_argument("--no-clip", action="store_true", help="do not clip continuous actions")
+
+
+def _add_build(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "build",
+        help="build a TensorRT engine (+ sidecar) from a bundle",
+        description="Build a TensorRT engine for this board. Needs TensorRT (JetPack).",
+    )
+    p.add_argument("source", type=Path, help="bundle folder, policy.json or an .onnx file")
+    p.add_argument("--recipe", type=Path, help="engines/NAME.yaml (flags override it)")
+    p.add_argument("--precision", choices=["fp32", "fp16", "int8"])
+    p.add_argument("--dla", type=int, metavar="CORE", help="build for DLA core CORE")
+    p.add_argument("--gpu-fallback", action="store_true", default=None)
+    p.add_argument("--batch", metavar="MIN,OPT,MAX", help="optimisation profile, e.g. 1,1,1")
+    p.add_argument("--workspace", type=int, metavar="MB", help="builder workspace (MiB)")
+    p.add_argument("--timing-cache", metavar="FILE", help="timing cache to reuse and update")
+    p.add_argument("--version-compatible", action="store_true", default=None)
+    p.add_argument("--calib", metavar="RUN_DIR|BUNDLE|NPZ", help="int8 calibration data")
+    p.add_argument("--out", type=Path, help="engine file (default engines/NAME-PRECISION.engine)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``orin-rl`` argument parser."""
     parser = argparse.ArgumentParser(prog="orin-rl", description=__doc__)
@@ -75,6 +110,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-q", "--quiet", action="store_true", help="warnings and errors only")
     sub = parser.add_subparsers(dest="command", required=True)
     _add_train(sub)
+    _add_export(sub)
+    _add_build(sub)
     return parser
 
 
@@ -159,7 +196,68 @@ def _report(summary: dict[str, Any]) -> int:
     return 0
 
 
-COMMANDS = {"train": cmd_train}
+def cmd_export(args: argparse.Namespace) -> int:
+    """``orin-rl export``."""
+    from orin_rl.export.onnx import export_bundle
+
+    batch: int | str = args.batch
+    if batch != "dynamic":
+        try:
+            batch = int(batch)
+        except ValueError:
+            raise UsageError(
+                f"--batch must be 'dynamic' or an integer, got {args.batch!r}"
+            ) from None
+    result = export_bundle(
+        args.run_dir, args.out, args.opset, batch, args.fp16, args.int8, not args.no_clip
+    )
+    info = result.info
+    print(f"bundle: {result.bundle_dir}")
+    print(
+        f"  policy.onnx  {result.onnx_bytes / 1024:.1f} KiB, opset {info.opset}, {info.precision}"
+    )
+    print(f"  parity       max abs error {info.parity_max_abs_error:.3g} vs PyTorch")
+    for name, variant in info.variants.items():
+        print(f"  {variant['onnx_file']}  {name}: {variant['parity']}")
+    print(f"  export time  {result.export_time_s:.1f} s")
+    return 0
+
+
+def cmd_build(args: argparse.Namespace) -> int:
+    """``orin-rl build``."""
+    from orin_rl.export.recipes import load_recipe
+
+    batch = None
+    if args.batch:
+        try:
+            batch = [int(v) for v in args.batch.split(",")]
+        except ValueError:
+            raise UsageError(f"--batch takes MIN,OPT,MAX integers, got {args.batch!r}") from None
+        if len(batch) == 1:
+            batch = batch * 3
+    recipe = load_recipe(
+        args.recipe,
+        precision=args.precision,
+        dla_core=args.dla,
+        gpu_fallback=args.gpu_fallback,
+        batch=batch,
+        workspace_mb=args.workspace,
+        timing_cache=args.timing_cache,
+        version_compatible=args.version_compatible,
+        calib=args.calib,
+    )
+    from orin_rl.export.tensorrt import build_engine, describe
+
+    name = args.source.stem if args.source.suffix else args.source.name
+    where = f"dla{recipe.dla_core}" if recipe.dla_core is not None else "gpu"
+    out = args.out or Path("engines") / f"{name}-{where}-{recipe.precision}.engine"
+    sidecar = build_engine(args.source, out, recipe)
+    print(f"engine: {out}")
+    print(describe(sidecar))
+    return 0
+
+
+COMMANDS = {"train": cmd_train, "export": cmd_export, "build": cmd_build}
 
 
 def main(argv: list[str] | None = None) -> int:

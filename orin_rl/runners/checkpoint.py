@@ -56,3 +56,23 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         raise CheckpointError(f"{path}: not an orin_rl checkpoint (format {FORMAT} expected)")
     return state
+
+
+def load_policy(run_dir: str | Path, device: str | torch.device = "cpu"):
+    """Rebuild the trained ActorCritic of a run folder (or a checkpoint.pt path).
+
+    Returns (policy in eval mode, its PolicySpec, the run's config dict).
+    """
+    from orin_rl.models import ActorCritic, PolicySpec
+
+    path = Path(run_dir)
+    ckpt = path / "checkpoint.pt" if path.is_dir() else path
+    state = load_checkpoint(ckpt, map_location=device)
+    try:
+        spec = PolicySpec(**state["policy_spec"])
+        policy = ActorCritic(spec).to(device)
+        policy.load_state_dict(state["algo"]["policy"])
+    except (KeyError, TypeError, RuntimeError) as exc:
+        raise CheckpointError(f"{ckpt}: checkpoint does not hold a policy ({exc})"[:300]) from None
+    policy.eval()
+    return policy, spec, state.get("config", {})

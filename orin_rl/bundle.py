@@ -1,0 +1,274 @@
+"""The deploy bundle (policy.onnx + policy.json) and the engine sidecar format.
+
+Written by ``orin_rl.export``, read by ``orin_rl.runtime``. Pure Python + json (no torch, no
+numpy), so a robot's deploy image can read it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from orin_rl.errors import OrinError
+
+BUNDLE_FORMAT = "orin_rl.bundle/1"
+SIDECAR_FORMAT = "orin_rl.engine/1"
+MAX_JSON_BYTES = 16 << 20
+
+
+class BundleError(OrinError, ValueError):
+    """A bundle or sidecar file is missing, malformed, or does not fit this platform."""
+
+
+@dataclass
+class TensorSpec:
+    """A named model input or output."""
+
+    name: str
+    """Tensor name in the ONNX graph / engine."""
+    shape: list[int | str]
+    """Shape; a string marks a dynamic axis (``"batch"``)."""
+    dtype: str
+    """numpy dtype name (``float32``, ``int64``, ``float16``)."""
+
+
+@dataclass
+class BundleInfo:
+    """Contents of policy.json."""
+
+    onnx_file: str
+    """ONNX file name, relative to the bundle folder."""
+    onnx_sha256: str
+    """sha256 of the ONNX file (checked before use)."""
+    opset: int
+    """ONNX opset."""
+    precision: str
+    """``fp32``, ``fp16`` or ``int8-qdq``."""
+    inputs: list[TensorSpec]
+    """Model inputs (one: the observation)."""
+    outputs: list[TensorSpec]
+    """Model outputs (``action`` first)."""
+    action_space: dict[str, Any]
+    """``{"kind": "discrete", "n": N}`` or ``{"kind": "continuous", "low": [..], "high": [..]}``."""
+    normalizer: dict[str, Any] | None
+    """How observations are normalised inside the graph (mean, var, eps, clip), or None."""
+    parity_max_abs_error: float
+    """Largest |ONNX Runtime - PyTorch| over the parity observations."""
+    parity: dict[str, Any] = field(default_factory=dict)
+    """Details of the parity check (tolerance, observation counts, action agreement)."""
+    env_id: str | None = None
+    """Environment the policy was trained on."""
+    variants: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Other precisions of the same policy, e.g. ``{"int8-qdq": {"onnx_file", "onnx_sha256",
+    "parity"}}``: the explicit-quantization model for TensorRT 10.1+/11."""
+    producer: dict[str, str] = field(default_factory=dict)
+    """Versions of the tools that wrote the bundle."""
+    format: str = BUNDLE_FORMAT
+    """Bundle format tag."""
+
+    def to_json(self) -> str:
+        """Serialise as policy.json text."""
+        return json.dumps(asdict(self), indent=2) + "\n"
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], source: str = "policy.json") -> BundleInfo:
+        """Validate and build from parsed JSON."""
+        if not isinstance(data, dict) or data.get("format") != BUNDLE_FORMAT:
+            raise BundleError(f"{source}: not an orin_rl bundle (format {BUNDLE_FORMAT} expected)")
+        try:
+            data = dict(data)
+            data["inputs"] = [TensorSpec(**t) for t in data["inputs"]]
+            data["outputs"] = [TensorSpec(**t) for t in data["outputs"]]
+            info = cls(**data)
+        except (KeyError, TypeError) as exc:
+            raise BundleError(f"{source}: malformed bundle description ({exc})") from None
+        if not info.inputs or not info.outputs:
+            raise BundleError(f"{source}: a bundle needs one input and at least one output")
+        return info
+
+
+def sha256_file(path: str | Path) -> str:
+    """Hex sha256 of a file, read in chunks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def read_json(path: str | Path, what: str) -> dict[str, Any]:
+    """Parse a small JSON file with errors that name the file."""
+    path = Path(path)
+    try:
+        if path.stat().st_size > MAX_JSON_BYTES:
+            raise BundleError(f"{path}: {what} is larger than {MAX_JSON_BYTES >> 20} MiB")
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise BundleError(f"{path}: no {what} file") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise BundleError(f"{path}: {what} is not valid JSON ({exc.__class__.__name__})") from None
+
+
+def inside(folder: Path, name: str) -> Path:
+    """``folder / name`` if it stays inside ``folder`` (no ``..``, absolute path or link out)."""
+    candidate = (folder / name).resolve()
+    if not candidate.is_relative_to(folder.resolve()):
+        raise BundleError(f"{name}: path leaves the bundle folder {folder}")
+    return candidate
+
+
+def load_bundle(path: str | Path, verify_hash: bool = True) -> tuple[BundleInfo, Path]:
+    """Read a bundle folder (or its policy.json); return the description and the ONNX path.
+
+    The ONNX file must sit inside the bundle folder and match the recorded sha256.
+    """
+    path = Path(path)
+    folder = path if path.is_dir() else path.parent
+    info = BundleInfo.from_dict(
+        read_json(folder / "policy.json", "bundle description"), str(folder)
+    )
+    onnx_path = inside(folder, info.onnx_file)
+    if not onnx_path.is_file():
+        raise BundleError(f"{onnx_path}: the bundle's ONNX file is missing; export it again")
+    if verify_hash and sha256_file(onnx_path) != info.onnx_sha256:
+        raise BundleError(
+            f"{onnx_path}: sha256 differs from policy.json (file changed or truncated); "
+            "export the bundle again"
+        )
+    return info, onnx_path
+
+
+def write_private(path: Path, data: bytes | str) -> None:
+    """Write a file readable by its owner only (models are private), atomically."""
+    raw = data.encode() if isinstance(data, str) else data
+    tmp = path.with_name(f".{path.name}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(raw)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+# ------------------------------------------------------------------ engine sidecar
+
+
+@dataclass
+class PlatformInfo:
+    """What an engine depends on: the TensorRT version and the GPU it runs on."""
+
+    tensorrt_version: str
+    """e.g. ``10.3.0``."""
+    gpu_name: str
+    """e.g. ``Orin``."""
+    compute_capability: str
+    """e.g. ``8.7``."""
+
+
+@dataclass
+class EngineSidecar:
+    """The JSON written beside every engine (``model.engine`` → ``model.engine.json``)."""
+
+    engine_sha256: str
+    """sha256 of the engine file: checked before deserialising (plugins in a foreign engine
+    run code)."""
+    onnx_sha256: str
+    """sha256 of the ONNX the engine was built from."""
+    platform: PlatformInfo
+    """Where it was built."""
+    precision: str
+    """``fp32``, ``fp16``, ``int8`` (calibrated) or ``int8-qdq`` / strongly typed."""
+    dla_core: int | None
+    """DLA core, or None for the GPU."""
+    batch_profile: list[int]
+    """(min, opt, max) batch of the optimisation profile."""
+    version_compatible: bool = False
+    """Built with BuilderFlag.VERSION_COMPATIBLE (runs on later TensorRT of the same major)."""
+    layer_placement: dict[str, int] = field(default_factory=dict)
+    """Layers per device (``{"DLA": n, "GPU": m}``) when DLA was used."""
+    gpu_fallback_layers: list[str] = field(default_factory=list)
+    """Names of layers that fell back from the DLA to the GPU."""
+    inputs: list[TensorSpec] = field(default_factory=list)
+    """Engine inputs."""
+    outputs: list[TensorSpec] = field(default_factory=list)
+    """Engine outputs."""
+    int8_accuracy: dict[str, float] | None = None
+    """Agreement of the int8 engine with fp32 on the calibration set."""
+    format: str = SIDECAR_FORMAT
+    """Sidecar format tag."""
+
+    def to_json(self) -> str:
+        """Serialise the sidecar."""
+        return json.dumps(asdict(self), indent=2) + "\n"
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], source: str) -> EngineSidecar:
+        """Validate and build from parsed JSON."""
+        if not isinstance(data, dict) or data.get("format") != SIDECAR_FORMAT:
+            raise BundleError(f"{source}: not an orin_rl engine sidecar")
+        try:
+            data = dict(data)
+            data["platform"] = PlatformInfo(**data["platform"])
+            data["inputs"] = [TensorSpec(**t) for t in data.get("inputs", [])]
+            data["outputs"] = [TensorSpec(**t) for t in data.get("outputs", [])]
+            return cls(**data)
+        except (KeyError, TypeError) as exc:
+            raise BundleError(f"{source}: malformed sidecar ({exc})") from None
+
+
+def sidecar_path(engine: str | Path) -> Path:
+    """The sidecar of an engine file."""
+    engine = Path(engine)
+    return engine.with_name(engine.name + ".json")
+
+
+def load_sidecar(engine: str | Path) -> EngineSidecar:
+    """Read an engine's sidecar."""
+    path = sidecar_path(engine)
+    return EngineSidecar.from_dict(read_json(path, "engine sidecar"), str(path))
+
+
+def _major_minor(version: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in version.split(".")[:2] if p.isdigit())
+
+
+def check_engine(engine: str | Path, here: PlatformInfo) -> EngineSidecar:
+    """Refuse an engine that was not built for this platform or whose bytes changed.
+
+    Raises BundleError with the reason and the command that rebuilds it.
+    """
+    engine = Path(engine)
+    sidecar = load_sidecar(engine)
+    if not engine.is_file():
+        raise BundleError(f"{engine}: engine file is missing")
+    rebuild = (
+        f"rebuild it here: orin-rl build BUNDLE --precision {sidecar.precision} --out {engine}"
+    )
+    if sha256_file(engine) != sidecar.engine_sha256:
+        raise BundleError(
+            f"{engine}: sha256 differs from its sidecar (changed or truncated); {rebuild}"
+        )
+    built = sidecar.platform
+    sm_built = "sm_" + built.compute_capability.replace(".", "")
+    sm_here = "sm_" + here.compute_capability.replace(".", "")
+    if built.compute_capability != here.compute_capability:
+        raise BundleError(
+            f"{engine}: built for {built.gpu_name} ({sm_built}); this is {here.gpu_name} "
+            f"({sm_here}): {rebuild}"
+        )
+    same_version = built.tensorrt_version == here.tensorrt_version
+    compatible = (
+        sidecar.version_compatible
+        and _major_minor(built.tensorrt_version)[:1] == _major_minor(here.tensorrt_version)[:1]
+        and _major_minor(built.tensorrt_version) <= _major_minor(here.tensorrt_version)
+    )
+    if not (same_version or compatible):
+        raise BundleError(
+            f"{engine}: built with TensorRT {built.tensorrt_version} for {sm_built}; this is "
+            f"TensorRT {here.tensorrt_version} on {sm_here}: {rebuild}"
+        )
+    return sidecar

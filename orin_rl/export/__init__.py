@@ -1,0 +1,1 @@
+"""Export: run folder → ONNX deploy bundle → TensorRT engine."""

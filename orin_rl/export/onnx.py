@@ -1,0 +1,451 @@
+"""Run folder → verified ONNX deploy bundle (policy.onnx + policy.json).
+
+The exported graph is the deterministic actor (argmax for discrete actions, the mean clipped to
+the action bounds for continuous ones) with the observation normaliser folded in as graph ops,
+so the robot feeds raw sensor values. Every export is checked (``onnx.checker``, shape
+inference), simplified with onnxslim, and compared with the PyTorch policy through ONNX Runtime
+on observations recorded by running the policy in its environment and on random ones: the
+export fails when the error exceeds the tolerance of its precision.
+
+Tolerances (elementwise, on the float output: logits for discrete, actions for continuous):
+``|onnx - torch| <= rtol * max(1, |torch|)``.
+- fp32: rtol 1e-5.
+- fp16 (``--fp16``: fp16 weights and maths, fp32 input/output): rtol 2e-2.
+- int8 Q/DQ (``--int8``, extra file ``policy.int8.onnx``): judged on the calibration
+  observations and accepted when at least 95% of the decisive discrete actions (fp32's top
+  logit ahead of the next by 5% of its size, or 0.05) agree with fp32, or continuous actions
+  stay within 10% of the action range; every figure goes into policy.json.
+"""
+
+from __future__ import annotations
+
+import copy
+import io
+import logging
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from orin_rl import envs
+from orin_rl.bundle import BundleInfo, TensorSpec, sha256_file, write_private
+from orin_rl.errors import OrinError
+from orin_rl.models import ActorCritic, PolicySpec
+from orin_rl.runners.checkpoint import load_policy
+
+log = logging.getLogger(__name__)
+
+RTOL = {"fp32": 1e-5, "fp16": 2e-2}
+INT8_MIN_ACTION_AGREEMENT = 0.95
+DECISIVE_MARGIN = 0.05
+INT8_MAX_RANGE_ERROR = 0.10
+EXPORT_HINT = "install the export extra: pip install 'orin-rl[export]'"
+
+
+class ExportError(OrinError, ValueError):
+    """The policy cannot be exported, or the exported model disagrees with PyTorch."""
+
+
+def _require(module: str):
+    try:
+        return __import__(module)
+    except ImportError:
+        raise ExportError(f"{module} is not installed; {EXPORT_HINT}") from None
+
+
+class DeterministicPolicy(nn.Module):
+    """What runs on the robot: raw observation → normalised → actor → action.
+
+    Discrete: outputs ``action`` (int64, argmax) and ``logits``. Continuous: ``action`` (the
+    Gaussian mean, clipped to the action bounds when ``clip_actions``).
+    """
+
+    def __init__(self, policy: ActorCritic, clip_actions: bool = True, fp16: bool = False):
+        super().__init__()
+        spec = policy.spec
+        self.discrete = spec.action_kind == "discrete"
+        self.fp16 = fp16
+        # A copy: .half() converts in place and must not touch the trained policy.
+        self.actor = copy.deepcopy(policy.actor).float()
+        if fp16:
+            self.actor = self.actor.half()
+        norm = policy.obs_normalizer
+        self.has_norm = norm is not None
+        if norm is not None:
+            scale = torch.rsqrt(norm.var + norm.eps).float()
+            self.register_buffer("obs_mean", norm.mean.float().clone())
+            self.register_buffer("obs_scale", scale)
+            self.norm_clip = float(norm.clip)
+        self.clip_actions = clip_actions and not self.discrete and spec.action_low is not None
+        if self.clip_actions:
+            self.register_buffer("low", torch.tensor(spec.action_low, dtype=torch.float32))
+            self.register_buffer("high", torch.tensor(spec.action_high, dtype=torch.float32))
+
+    def forward(self, obs: torch.Tensor):
+        x = obs
+        if self.has_norm:
+            x = torch.clamp((x - self.obs_mean) * self.obs_scale, -self.norm_clip, self.norm_clip)
+        x = x.flatten(1)
+        if self.fp16:
+            x = x.half()
+        out = self.actor(x).float()
+        if self.discrete:
+            return out.argmax(-1), out
+        if self.clip_actions:
+            out = torch.minimum(torch.maximum(out, self.low), self.high)
+        return out
+
+
+@dataclass
+class ExportResult:
+    """What ``export_bundle`` wrote."""
+
+    bundle_dir: Path
+    """The bundle folder."""
+    info: BundleInfo
+    """The contents of policy.json."""
+    export_time_s: float
+    """Wall time of the whole export, checks included."""
+    onnx_bytes: int
+    """Size of policy.onnx."""
+
+
+def record_observations(
+    policy: ActorCritic, env_id: str, count: int, seed: int, max_episode_steps: int | None = None
+) -> np.ndarray:
+    """Raw observations met by the deterministic policy in its environment (count, *obs_shape)."""
+    num_envs = 8
+    env = envs.make(env_id, num_envs, "cpu", max_episode_steps=max_episode_steps)
+    rows: list[np.ndarray] = []
+    try:
+        obs = env.reset(seed=seed)
+        with torch.inference_mode():
+            while len(rows) * num_envs < count:
+                rows.append(obs.numpy().copy())
+                obs = env.step(policy.act_deterministic(policy.normalize(obs))).obs
+    finally:
+        env.close()
+    return np.concatenate(rows)[:count].astype(np.float32)
+
+
+def random_observations(recorded: np.ndarray, count: int, seed: int) -> np.ndarray:
+    """Observations around and beyond the recorded ones: mean ± 3 std, Gaussian."""
+    rng = np.random.default_rng(seed)
+    mean, std = recorded.mean(0), recorded.std(0) + 1e-3
+    return (mean + 3.0 * std * rng.standard_normal((count, *recorded.shape[1:]))).astype(np.float32)
+
+
+def _torch_outputs(module: DeterministicPolicy, obs: np.ndarray) -> list[np.ndarray]:
+    with torch.inference_mode():
+        out = module(torch.from_numpy(obs))
+    out = out if isinstance(out, tuple) else (out,)
+    return [o.numpy() for o in out]
+
+
+def _session(model_bytes: bytes):
+    ort = _require("onnxruntime")
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    options.log_severity_level = 3
+    return ort.InferenceSession(model_bytes, options, providers=["CPUExecutionProvider"])
+
+
+def compare(
+    reference: list[np.ndarray], candidate: list[np.ndarray], discrete: bool, spec: PolicySpec
+) -> dict[str, float]:
+    """Errors of ``candidate`` against ``reference`` outputs (action first)."""
+    ref_f, cand_f = (reference[1], candidate[1]) if discrete else (reference[0], candidate[0])
+    err = np.abs(cand_f.astype(np.float64) - ref_f.astype(np.float64))
+    result = {
+        "max_abs_error": float(err.max()),
+        "max_rel_error": float((err / np.maximum(1.0, np.abs(ref_f))).max()),
+    }
+    if discrete:
+        agree = reference[0] == candidate[0]
+        result["action_agreement"] = float(agree.mean())
+        # Decisive observations: the fp32 policy prefers its action by a margin; near-ties
+        # flip with any rounding and say nothing about the model's accuracy.
+        top2 = np.sort(ref_f, axis=-1)[..., -2:]
+        decisive = (top2[..., 1] - top2[..., 0]) > DECISIVE_MARGIN * np.maximum(
+            1.0, np.abs(top2[..., 1])
+        )
+        result["decisive_fraction"] = float(decisive.mean())
+        result["decisive_agreement"] = float(agree[decisive].mean()) if decisive.any() else 1.0
+    else:
+        span = np.asarray(spec.action_high) - np.asarray(spec.action_low)
+        span = np.where(np.isfinite(span) & (span > 0), span, 1.0)
+        result["max_range_error"] = float((err / span).max())
+    return result
+
+
+def _to_onnx(module: nn.Module, obs_shape: list[int], batch: int | str, opset: int, discrete: bool):
+    onnx = _require("onnx")
+    example = torch.zeros((1 if batch == "dynamic" else int(batch), *obs_shape))
+    output_names = ["action", "logits"] if discrete else ["action"]
+    dynamic = None
+    if batch == "dynamic":
+        dynamic = {name: {0: "batch"} for name in ["obs", *output_names]}
+    buffer = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        # The TorchScript exporter: deterministic graphs of plain ONNX ops that TensorRT
+        # 8.6-11 parse, without the onnxscript dependency of the dynamo exporter.
+        torch.onnx.export(
+            module,
+            (example,),
+            buffer,
+            dynamo=False,
+            input_names=["obs"],
+            output_names=output_names,
+            dynamic_axes=dynamic,
+            opset_version=opset,
+            do_constant_folding=True,
+        )
+    model = onnx.load_from_string(buffer.getvalue())
+    model = _simplify(model)
+    try:
+        onnx.checker.check_model(model, full_check=True)
+        model = onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True)
+    except Exception as exc:  # onnx raises checker/inference errors of several types
+        raise ExportError(f"exported ONNX failed the checker: {exc}") from None
+    return model
+
+
+def _simplify(model):
+    """Constant folding and graph clean-up with onnxslim (pure Python, maintained, no native
+    build: it installs on a Jetson's aarch64 Python where onnx-simplifier needs a compiler)."""
+    onnxslim = _require("onnxslim")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return onnxslim.slim(model)
+
+
+def _specs(model) -> tuple[list[TensorSpec], list[TensorSpec]]:
+    from onnx import helper
+
+    def spec(value) -> TensorSpec:
+        t = value.type.tensor_type
+        shape = [d.dim_param or d.dim_value for d in t.shape.dim]
+        return TensorSpec(value.name, shape, str(helper.tensor_dtype_to_np_dtype(t.elem_type)))
+
+    return [spec(v) for v in model.graph.input], [spec(v) for v in model.graph.output]
+
+
+def _io_layers(model_bytes: bytes) -> list[str]:
+    """Names of the matrix layers that read the observation or write an output."""
+    import onnx
+
+    graph = onnx.load_from_string(model_bytes).graph
+    inputs = {i.name for i in graph.input}
+    outputs = {o.name for o in graph.output}
+    producers = {out: node for node in graph.node for out in node.output}
+    matmuls = [n for n in graph.node if n.op_type in ("Gemm", "MatMul")]
+    keep = [n.name for n in matmuls if inputs & set(n.input)]
+    # The last matrix layer: walk back from each output through non-matrix nodes.
+    for name in outputs:
+        node = producers.get(name)
+        while node is not None and node.op_type not in ("Gemm", "MatMul"):
+            node = next((producers[i] for i in node.input if i in producers), None)
+        if node is not None:
+            keep.append(node.name)
+    # First layers read the (normalised) observation through a few elementwise ops.
+    if not any(inputs & set(n.input) for n in matmuls) and matmuls:
+        keep.append(matmuls[0].name)
+    return sorted(set(keep))
+
+
+def quantize_int8(model_bytes: bytes, calibration: np.ndarray) -> bytes:
+    """Explicit quantisation: ONNX Runtime's static quantiser in Q/DQ format (per-channel
+    weights, calibrated activation ranges) – the form TensorRT 10.1+/11 builds as int8.
+
+    The first and last matrix layers stay in float: a policy's observation mixes features of
+    very different scales (a pole angle of 0.01 rad beside velocities of 3 m/s) and its outputs
+    are compared with each other (argmax), so 8 bits there flips actions; the hidden layers are
+    where the arithmetic is.
+    """
+    _require("onnxruntime")
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        QuantFormat,
+        QuantType,
+        quantize_static,
+    )
+
+    class Reader(CalibrationDataReader):
+        def __init__(self, data: np.ndarray):
+            self._batches = iter(np.array_split(data, max(1, len(data) // 64)))
+
+        def get_next(self):
+            batch = next(self._batches, None)
+            return None if batch is None else {"obs": batch}
+
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        src, dst = Path(tmp) / "fp32.onnx", Path(tmp) / "int8.onnx"
+        src.write_bytes(model_bytes)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            quantize_static(
+                str(src),
+                str(dst),
+                Reader(calibration),
+                quant_format=QuantFormat.QDQ,
+                per_channel=True,
+                activation_type=QuantType.QInt8,
+                weight_type=QuantType.QInt8,
+                nodes_to_exclude=_io_layers(model_bytes),
+            )
+        return dst.read_bytes()
+
+
+def export_bundle(
+    run_dir: str | Path,
+    out_dir: str | Path | None = None,
+    opset: int = 17,
+    batch: int | str = "dynamic",
+    fp16: bool = False,
+    int8: bool = False,
+    clip_actions: bool = True,
+    parity_observations: int = 1024,
+    seed: int = 0,
+) -> ExportResult:
+    """Export the policy of ``run_dir`` as a verified bundle in ``out_dir`` (default
+    ``RUN_DIR/bundle``). See the module docstring for the checks and tolerances."""
+    start = time.perf_counter()
+    onnx = _require("onnx")
+    ort = _require("onnxruntime")
+    if batch != "dynamic" and (not isinstance(batch, int) or batch <= 0):
+        raise ExportError(f"--batch must be 'dynamic' or a positive integer, got {batch!r}")
+    run_dir = Path(run_dir)
+    out = Path(out_dir) if out_dir is not None else run_dir / "bundle"
+    policy, spec, cfg = load_policy(run_dir)
+    env_cfg = cfg.get("env", {})
+    env_id = env_cfg.get("env_id")
+    discrete = spec.action_kind == "discrete"
+    precision = "fp16" if fp16 else "fp32"
+
+    # Observations the policy really meets, plus random ones around and beyond them.
+    recorded = record_observations(
+        policy, env_id, parity_observations, seed, env_cfg.get("max_episode_steps")
+    )
+    observations = np.concatenate(
+        [recorded, random_observations(recorded, parity_observations, seed)]
+    )
+    if batch != "dynamic":
+        observations = observations[: len(observations) // batch * batch]
+
+    module = DeterministicPolicy(policy, clip_actions, fp16=fp16).eval()
+    model = _to_onnx(module, spec.obs_shape, batch, opset, discrete)
+    model_bytes = model.SerializeToString()
+    session = _session(model_bytes)
+    reference = _torch_outputs(DeterministicPolicy(policy, clip_actions).eval(), observations)
+    candidate = _run(session, observations, batch)
+    errors = compare(reference, candidate, discrete, spec)
+    rtol = RTOL[precision]
+    if errors["max_rel_error"] > rtol:
+        raise ExportError(
+            f"ONNX Runtime disagrees with PyTorch: max error {errors['max_abs_error']:.3g} "
+            f"(relative {errors['max_rel_error']:.3g} > {rtol:g} allowed for {precision})"
+        )
+
+    out.mkdir(parents=True, exist_ok=True)
+    onnx_path = out / "policy.onnx"
+    write_private(onnx_path, model_bytes)
+    inputs, outputs = _specs(model)
+    info = BundleInfo(
+        onnx_file=onnx_path.name,
+        onnx_sha256=sha256_file(onnx_path),
+        opset=opset,
+        precision=precision,
+        inputs=inputs,
+        outputs=outputs,
+        action_space=_action_space(spec),
+        normalizer=_normalizer(policy),
+        parity_max_abs_error=errors["max_abs_error"],
+        parity={
+            **errors,
+            "rtol": rtol,
+            "recorded_observations": len(recorded),
+            "random_observations": len(observations) - len(recorded),
+        },
+        env_id=env_id,
+        producer={
+            "orin_rl": __import__("orin_rl").__version__,
+            "torch": torch.__version__,
+            "onnx": onnx.__version__,
+            "onnxruntime": ort.__version__,
+        },
+    )
+    np.savez_compressed(out / "calibration.npz", obs=recorded)
+    if int8:
+        info.variants["int8-qdq"] = _int8_variant(
+            model_bytes, recorded, observations, reference, discrete, spec, out, batch
+        )
+    write_private(out / "policy.json", info.to_json())
+    elapsed = time.perf_counter() - start
+    log.info("exported %s in %.1f s (parity max error %.2g)", out, elapsed, errors["max_abs_error"])
+    return ExportResult(out, info, elapsed, onnx_path.stat().st_size)
+
+
+def _int8_variant(model_bytes, recorded, observations, reference, discrete, spec, out, batch):
+    if batch != "dynamic":
+        raise ExportError("--int8 needs --batch dynamic (the calibrator feeds batches of 64)")
+    q_bytes = quantize_int8(model_bytes, recorded)
+    # Judged on the calibration set (the observations the policy meets), as a user would;
+    # the random observations beyond it saturate the calibrated ranges by construction.
+    n = len(recorded)
+    ref_recorded = [r[:n] for r in reference]
+    q_errors = compare(ref_recorded, _run(_session(q_bytes), recorded, batch), discrete, spec)
+    ok = (
+        q_errors["decisive_agreement"] >= INT8_MIN_ACTION_AGREEMENT
+        if discrete
+        else q_errors["max_range_error"] <= INT8_MAX_RANGE_ERROR
+    )
+    if not ok:
+        raise ExportError(
+            f"int8 Q/DQ model is too far from fp32 ({q_errors}); keep fp16, or calibrate on "
+            "more representative observations"
+        )
+    path = out / "policy.int8.onnx"
+    write_private(path, q_bytes)
+    return {"onnx_file": path.name, "onnx_sha256": sha256_file(path), "parity": q_errors}
+
+
+def _run(session, observations: np.ndarray, batch: int | str) -> list[np.ndarray]:
+    if batch == "dynamic":
+        return session.run(None, {"obs": observations})
+    parts = [
+        session.run(None, {"obs": chunk})
+        for chunk in np.split(observations, len(observations) // batch)
+    ]
+    return [np.concatenate(p) for p in zip(*parts, strict=True)]
+
+
+def _action_space(spec: PolicySpec) -> dict[str, Any]:
+    if spec.action_kind == "discrete":
+        return {"kind": "discrete", "n": spec.action_dim}
+    return {
+        "kind": "continuous",
+        "shape": [spec.action_dim],
+        "low": spec.action_low,
+        "high": spec.action_high,
+    }
+
+
+def _normalizer(policy: ActorCritic) -> dict[str, Any] | None:
+    norm = policy.obs_normalizer
+    if norm is None:
+        return None
+    return {
+        "folded_into_graph": True,
+        "mean": norm.mean.tolist(),
+        "var": norm.var.tolist(),
+        "eps": norm.eps,
+        "clip": norm.clip,
+    }

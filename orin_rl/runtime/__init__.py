@@ -1,0 +1,1 @@
+"""Runtime: run a deploy bundle or engine on the robot. Imports neither torch nor numba."""
