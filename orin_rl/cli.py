@@ -10,6 +10,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import yaml
 
 from orin_rl import __version__
@@ -102,6 +103,43 @@ def _add_build(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", type=Path, help="engine file (default engines/NAME-PRECISION.engine)")
 
 
+def _add_run(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "run",
+        help="run a policy in a real-time control loop around a gymnasium env",
+        description="Close the loop: sensor -> infer -> actuate at a fixed rate, with latency "
+        "statistics, deadline misses and a safe action. Works without PyTorch.",
+    )
+    p.add_argument("--model", required=True, type=Path, help="bundle, engine or run folder")
+    p.add_argument(
+        "--backend", default="auto", choices=["auto", "onnxruntime", "tensorrt", "torch"]
+    )
+    p.add_argument("--device", default="cpu", help="cpu or cuda")
+    p.add_argument("--env", help="gymnasium id (default: the one the bundle was trained on)")
+    p.add_argument(
+        "--rate", type=float, default=100.0, help="loop rate in Hz (0: as fast as possible)"
+    )
+    p.add_argument("--steps", type=int, default=1000, help="loop iterations")
+    p.add_argument("--report", type=Path, help="write the JSON report here")
+    p.add_argument("--histogram", type=Path, help="write a latency histogram PNG here")
+    p.add_argument("--cpu", type=int, help="pin the loop to this CPU")
+    p.add_argument("--fifo", type=int, metavar="PRIO", help="SCHED_FIFO priority (needs root)")
+    p.add_argument(
+        "--safe-on-overrun", action="store_true", help="actuate the safe action on overrun"
+    )
+
+
+def _add_bench(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("bench", help="compare the inference backends on one model")
+    p.add_argument("--model", required=True, help="bundle, engine, run folder, or cnn-seed")
+    p.add_argument("--backends", default="onnxruntime,torch", help="comma list")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--batch", default="1,128", help="comma list of batch sizes")
+    p.add_argument("--iters", type=int, default=1000)
+    p.add_argument("--threads", type=int, default=1, help="CPU threads for ONNX Runtime / torch")
+    p.add_argument("--out", type=Path, default=Path("bench/infer"), help="output prefix")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``orin-rl`` argument parser."""
     parser = argparse.ArgumentParser(prog="orin-rl", description=__doc__)
@@ -112,6 +150,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_train(sub)
     _add_export(sub)
     _add_build(sub)
+    _add_run(sub)
+    _add_bench(sub)
     return parser
 
 
@@ -257,7 +297,105 @@ def cmd_build(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"train": cmd_train, "export": cmd_export, "build": cmd_build}
+def cmd_run(args: argparse.Namespace) -> int:
+    """``orin-rl run`` (torch-free unless the torch backend is chosen)."""
+    from orin_rl.runtime.run import run_policy
+
+    loop = {
+        "cpu": args.cpu,
+        "fifo_priority": args.fifo,
+        "safe_action_on_overrun": args.safe_on_overrun,
+    }
+    report = run_policy(
+        args.model,
+        args.backend,
+        args.env,
+        args.rate,
+        args.steps,
+        args.device,
+        args.report,
+        args.histogram,
+        loop_options=loop,
+    )
+    lat = report["latency_us"]
+    returns = report["episode_returns"]
+    mean_return = (
+        f"{np.mean(returns):.1f} over {len(returns)} episodes" if returns else "no episode ended"
+    )
+    print(
+        f"backend      {report['backend']} ({report.get('provider') or report.get('mode') or ''})"
+    )
+    print(f"iterations   {report['iterations']} at {args.rate:g} Hz")
+    print(
+        f"latency µs   p50 {lat['p50']:.1f}  p99 {lat['p99']:.1f}  "
+        f"p99.9 {lat['p999']:.1f}  max {lat['max']:.1f}"
+    )
+    print(
+        f"misses       {report['deadline_misses']} deadline, {report['overruns']} overruns, "
+        f"{report['non_finite_events']} non-finite"
+    )
+    print(f"return       {mean_return}")
+    return 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    """``orin-rl bench``."""
+    from orin_rl.runtime import bench, load
+
+    try:
+        batches = [int(b) for b in args.batch.split(",")]
+    except ValueError:
+        raise UsageError(f"--batch takes integers, got {args.batch!r}") from None
+    names = [b.strip() for b in args.backends.split(",") if b.strip()]
+    if args.model == "cnn-seed":
+        backends = _cnn_seed_backends(names, args.device, args.threads)
+        title = "seed CNN policy (3 conv + 2 FC, 3x256x256)"
+    else:
+        backends = {n: load(args.model, n, args.device, threads=args.threads) for n in names}
+        title = f"{args.model}"
+    rows = bench.run_bench(backends, batches, args.iters)
+    bench.write_results(rows, args.out, title)
+    print(bench.markdown(rows, title))
+    return 0
+
+
+def _cnn_seed_backends(names: list[str], device: str, threads: int) -> dict:
+    import tempfile
+
+    import torch
+
+    from orin_rl.bundle import BundleInfo
+    from orin_rl.export.onnx import _specs, _to_onnx
+    from orin_rl.models.cnn import SeedCNNPolicy
+    from orin_rl.runtime.onnxruntime_backend import OnnxRuntimeBackend
+    from orin_rl.runtime.torch_backend import TorchBackend
+
+    torch.manual_seed(0)
+    model = SeedCNNPolicy().eval()
+    backends = {}
+    if "onnxruntime" in names:
+        onnx_model = _to_onnx(model, list(model.input_shape), "dynamic", 17, discrete=False)
+        path = Path(tempfile.mkdtemp()) / "cnn_seed.onnx"
+        path.write_bytes(onnx_model.SerializeToString())
+        inputs, outputs = _specs(onnx_model)
+        info = BundleInfo(
+            path.name, "", 17, "fp32", inputs, outputs, {"kind": "continuous"}, None, 0.0
+        )
+        backends["onnxruntime"] = OnnxRuntimeBackend(path, info, device, threads)
+    if "torch" in names:
+        backends["torch"] = TorchBackend.from_module(
+            model, list(model.input_shape), device, threads=threads
+        )
+    return backends
+
+
+COMMANDS = {
+    "train": cmd_train,
+    "export": cmd_export,
+    "build": cmd_build,
+    "run": cmd_run,
+    "bench": cmd_bench,
+}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -26,31 +26,26 @@ import numpy as np
 from orin_rl.bundle import (
     BundleError,
     EngineSidecar,
-    PlatformInfo,
     TensorSpec,
     load_bundle,
     sha256_file,
     sidecar_path,
     write_private,
 )
-from orin_rl.cudainfo import gpu_info
 from orin_rl.errors import OrinError
 from orin_rl.export.recipes import BuildRecipe
-from orin_rl.runtime.tensorrt_engine import TensorRTEngine, import_tensorrt, trt_major
+from orin_rl.runtime.tensorrt_engine import (
+    TensorRTEngine,
+    import_tensorrt,
+    platform_info,
+    trt_major,
+)
 
 log = logging.getLogger(__name__)
 
 
 class BuildError(OrinError, RuntimeError):
     """TensorRT refused to parse or build the model."""
-
-
-def platform_info(trt) -> PlatformInfo:
-    """TensorRT version and GPU of this machine."""
-    gpu = gpu_info()
-    if gpu is None:
-        raise BuildError("no CUDA GPU is visible (need cuda-python or pycuda to query it)")
-    return PlatformInfo(trt.__version__, gpu.name, gpu.compute_capability)
 
 
 def resolve_model(source: str | Path, recipe: BuildRecipe, major: int) -> tuple[Path, str, str]:

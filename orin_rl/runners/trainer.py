@@ -26,10 +26,10 @@ from orin_rl import config as config_mod
 from orin_rl import envs
 from orin_rl.algorithms import PPO
 from orin_rl.buffers import RolloutBuffer
+from orin_rl.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from orin_rl.config import Config
 from orin_rl.errors import OrinError
 from orin_rl.models import ActorCritic, PolicySpec
-from orin_rl.runners.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from orin_rl.runners.evaluate import evaluate
 from orin_rl.runners.logger import MetricsLogger, plot_curve, read_metrics
 

@@ -12,6 +12,8 @@ from typing import Any
 
 import numpy as np
 
+from orin_rl.bundle import PlatformInfo
+from orin_rl.cudainfo import gpu_info
 from orin_rl.errors import OrinError
 
 JETPACK_HINT = (
@@ -32,6 +34,16 @@ def import_tensorrt():
     except ImportError:
         raise TensorRTUnavailable(JETPACK_HINT) from None
     return trt
+
+
+def platform_info(trt) -> PlatformInfo:
+    """TensorRT version and GPU of this machine (what a sidecar must match)."""
+    gpu = gpu_info()
+    if gpu is None:
+        raise TensorRTUnavailable(
+            "no CUDA GPU is visible (cuda-python or pycuda needed to query it)"
+        )
+    return PlatformInfo(trt.__version__, gpu.name, gpu.compute_capability)
 
 
 def trt_major(trt) -> int:

@@ -1,4 +1,4 @@
-"""Bundle and sidecar files, recipes, ONNX Runtime provider configs, and `build` without TensorRT."""
+"""Bundle and sidecar files, recipes, ONNX Runtime provider configs, `build` without TensorRT."""
 
 from __future__ import annotations
 
@@ -39,8 +39,14 @@ class TestSidecarCheck:
     @pytest.mark.parametrize(
         ("here", "message"),
         [
-            (PlatformInfo("10.3.0", "NVIDIA H200", "9.0"), "built for Orin \\(sm_87\\); this is NVIDIA H200 \\(sm_90\\)"),
-            (PlatformInfo("8.6.2", "Orin", "8.7"), "built with TensorRT 10.3.0 for sm_87; this is TensorRT 8.6.2"),
+            (
+                PlatformInfo("10.3.0", "NVIDIA H200", "9.0"),
+                "built for Orin \\(sm_87\\); this is NVIDIA H200 \\(sm_90\\)",
+            ),
+            (
+                PlatformInfo("8.6.2", "Orin", "8.7"),
+                "built with TensorRT 10.3.0 for sm_87; this is TensorRT 8.6.2",
+            ),
             (PlatformInfo("10.7.0", "Orin", "8.7"), "TensorRT 10.3.0"),
         ],
     )
@@ -63,7 +69,10 @@ class TestSidecarCheck:
         with pytest.raises(BundleError, match="sha256 differs"):
             bundle.check_engine(engine, ORIN_TRT10)
 
-    @pytest.mark.parametrize("content", ["", "{", '{"format": "other"}', "\x00\x01garbage", '{"format": "orin_rl.engine/1"}'])
+    @pytest.mark.parametrize(
+        "content",
+        ["", "{", '{"format": "other"}', "\x00\x01garbage", '{"format": "orin_rl.engine/1"}'],
+    )
     def test_bad_sidecar_files(self, tmp_path, content):
         engine = make_engine(tmp_path)
         bundle.sidecar_path(engine).write_text(content)
@@ -151,7 +160,9 @@ class TestRecipes:
         assert other[0][1]["trt_engine_cache_path"] != trt["trt_engine_cache_path"], (
             "a TensorRT upgrade must not reuse cached engines"
         )
-        assert ort_providers(recipe, "ab" * 32, [4], versions, ["CPUExecutionProvider"]) == [("CPUExecutionProvider", {})]
+        assert ort_providers(recipe, "ab" * 32, [4], versions, ["CPUExecutionProvider"]) == [
+            ("CPUExecutionProvider", {})
+        ]
 
 
 @pytest.mark.skipif(HAS_TRT, reason="TensorRT is installed here")
@@ -159,14 +170,18 @@ def test_build_without_tensorrt_is_one_line_exit_2(cartpole_run, tmp_path, capsy
     from orin_rl.export.onnx import export_bundle
 
     export_bundle(cartpole_run, tmp_path / "b", parity_observations=64)
-    code = cli.main(["build", str(tmp_path / "b"), "--precision", "fp16", "--out", str(tmp_path / "e.engine")])
+    code = cli.main(
+        ["build", str(tmp_path / "b"), "--precision", "fp16", "--out", str(tmp_path / "e.engine")]
+    )
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1 and "JetPack" in err
     assert not (tmp_path / "e.engine").exists()
 
 
 @pytest.mark.tensorrt
-@pytest.mark.skipif(not HAS_TRT, reason="needs TensorRT (JetPack); no machine of this project has it (GPU.md)")
+@pytest.mark.skipif(
+    not HAS_TRT, reason="needs TensorRT (JetPack); no machine of this project has it (GPU.md)"
+)
 @pytest.mark.parametrize("precision", ["fp32", "fp16", "int8"])
 def test_build_and_run_each_precision(cartpole_norm_run, tmp_path, precision):
     """On a board: build, check the sidecar, run the engine against ONNX Runtime."""
@@ -177,16 +192,22 @@ def test_build_and_run_each_precision(cartpole_norm_run, tmp_path, precision):
     from orin_rl.export.tensorrt import build_engine, platform_info
     from orin_rl.runtime.tensorrt_engine import TensorRTEngine, import_tensorrt
 
-    export_bundle(cartpole_norm_run, tmp_path / "b", fp16=precision == "fp16", int8=precision == "int8")
+    export_bundle(
+        cartpole_norm_run, tmp_path / "b", fp16=precision == "fp16", int8=precision == "int8"
+    )
     recipe = load_recipe(None, precision=precision, timing_cache=str(tmp_path / "timing.cache"))
     engine = tmp_path / f"{precision}.engine"
     sidecar = build_engine(tmp_path / "b", engine, recipe)
     bundle.check_engine(engine, platform_info(import_tensorrt()))
     obs = np.load(tmp_path / "b" / "calibration.npz")["obs"][:64]
-    session = ort.InferenceSession(str(tmp_path / "b" / "policy.onnx"), providers=["CPUExecutionProvider"])
+    session = ort.InferenceSession(
+        str(tmp_path / "b" / "policy.onnx"), providers=["CPUExecutionProvider"]
+    )
     expected = session.run(["action"], {"obs": obs})[0]
     runner = TensorRTEngine.from_file(engine, batch=1)
     got = np.concatenate([runner.run({"obs": obs[i : i + 1]})["action"] for i in range(len(obs))])
-    assert (got.reshape(-1) == expected.reshape(-1)).mean() >= (0.99 if precision != "int8" else 0.9)
+    assert (got.reshape(-1) == expected.reshape(-1)).mean() >= (
+        0.99 if precision != "int8" else 0.9
+    )
     if precision == "int8":
         assert sidecar.int8_accuracy is not None

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from orin_rl import bundle
+from orin_rl.checkpoint import load_policy
 from orin_rl.export.onnx import (
     DeterministicPolicy,
     ExportError,
@@ -19,7 +20,6 @@ from orin_rl.export.onnx import (
     export_bundle,
     random_observations,
 )
-from orin_rl.runners.checkpoint import load_policy
 
 RUNS = ["cartpole_run", "cartpole_norm_run", "pendulum_run", "pendulum_norm_run"]
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from orin_rl.runners.checkpoint import load_checkpoint
+from orin_rl.checkpoint import load_checkpoint
 from orin_rl.runners.logger import read_metrics
 
 
@@ -91,7 +91,7 @@ def test_resume_after_sigterm_continues_steps_and_metrics(tmp_path):
 
 
 def test_checkpoint_loads_with_weights_only(tmp_path):
-    from orin_rl.runners.checkpoint import save_checkpoint
+    from orin_rl.checkpoint import save_checkpoint
 
     save_checkpoint({"w": torch.ones(2)}, tmp_path / "c.pt")
     assert torch.load(tmp_path / "c.pt", weights_only=True)["w"].sum() == 2

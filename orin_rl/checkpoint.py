@@ -1,4 +1,5 @@
-"""Atomic checkpoint files: a reader sees the old checkpoint or the new one, never a torn one."""
+"""The checkpoint file format: written atomically (a reader sees the old checkpoint or the new
+one, never a torn one) and read with ``torch.load(weights_only=True)``."""
 
 from __future__ import annotations
 

@@ -1,0 +1,56 @@
+"""The deployed form of a policy: observation in, deterministic action out (torch module).
+
+Exported to ONNX by ``orin_rl.export`` and run directly by the runtime's PyTorch backend.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+from torch import nn
+
+from orin_rl.models.actor_critic import ActorCritic
+
+
+class DeterministicPolicy(nn.Module):
+    """What runs on the robot: raw observation → normalised → actor → action.
+
+    Discrete: outputs ``action`` (int64, argmax) and ``logits``. Continuous: ``action`` (the
+    Gaussian mean, clipped to the action bounds when ``clip_actions``).
+    """
+
+    def __init__(self, policy: ActorCritic, clip_actions: bool = True, fp16: bool = False):
+        super().__init__()
+        spec = policy.spec
+        self.discrete = spec.action_kind == "discrete"
+        self.fp16 = fp16
+        # A copy: .half() converts in place and must not touch the trained policy.
+        self.actor = copy.deepcopy(policy.actor).float()
+        if fp16:
+            self.actor = self.actor.half()
+        norm = policy.obs_normalizer
+        self.has_norm = norm is not None
+        if norm is not None:
+            scale = torch.rsqrt(norm.var + norm.eps).float()
+            self.register_buffer("obs_mean", norm.mean.float().clone())
+            self.register_buffer("obs_scale", scale)
+            self.norm_clip = float(norm.clip)
+        self.clip_actions = clip_actions and not self.discrete and spec.action_low is not None
+        if self.clip_actions:
+            self.register_buffer("low", torch.tensor(spec.action_low, dtype=torch.float32))
+            self.register_buffer("high", torch.tensor(spec.action_high, dtype=torch.float32))
+
+    def forward(self, obs: torch.Tensor):
+        x = obs
+        if self.has_norm:
+            x = torch.clamp((x - self.obs_mean) * self.obs_scale, -self.norm_clip, self.norm_clip)
+        x = x.flatten(1)
+        if self.fp16:
+            x = x.half()
+        out = self.actor(x).float()
+        if self.discrete:
+            return out.argmax(-1), out
+        if self.clip_actions:
+            out = torch.minimum(torch.maximum(out, self.low), self.high)
+        return out

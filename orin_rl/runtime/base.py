@@ -1,0 +1,127 @@
+"""The backend contract: ``activate`` / ``infer`` / ``deactivate``, a context manager, specs, and
+input validation done once here for every backend (Polygraphy's runner pattern: public
+methods wrap ``*_impl`` hooks). Nothing touches a device before ``activate``.
+"""
+
+from __future__ import annotations
+
+import abc
+import logging
+from typing import Any
+
+import numpy as np
+
+from orin_rl.bundle import TensorSpec
+from orin_rl.errors import OrinError
+
+log = logging.getLogger(__name__)
+
+
+class RuntimeBackendError(OrinError, RuntimeError):
+    """A backend cannot be created, activated or used."""
+
+
+class Backend(abc.ABC):
+    """Base of every runtime backend.
+
+    Args:
+        input_spec: the observation input (name, shape with "batch" or an int, dtype).
+        output_spec: the outputs, ``action`` first.
+        safe_action: returned (and counted) when the input or the output is not finite; None
+            raises instead.
+    """
+
+    name = "base"
+
+    def __init__(
+        self,
+        input_spec: TensorSpec,
+        output_spec: list[TensorSpec],
+        safe_action: np.ndarray | None = None,
+    ):
+        self.input_spec = input_spec
+        self.output_spec = output_spec
+        self.safe_action = None if safe_action is None else np.asarray(safe_action)
+        self.non_finite_events = 0
+        """Calls answered with the safe action because of NaN/Inf input or output."""
+        self.active = False
+        self._dtype = np.dtype(input_spec.dtype)
+        self._fixed = tuple(d for d in input_spec.shape[1:])
+        self._batch = input_spec.shape[0] if isinstance(input_spec.shape[0], int) else None
+
+    # ---------------------------------------------------------------- contract
+    def activate(self) -> Backend:
+        """Load the model onto its device; idempotent."""
+        if not self.active:
+            self.activate_impl()
+            self.active = True
+        return self
+
+    def deactivate(self) -> None:
+        """Release device resources; idempotent."""
+        if self.active:
+            self.deactivate_impl()
+            self.active = False
+
+    def __enter__(self) -> Backend:
+        return self.activate()
+
+    def __exit__(self, *exc) -> None:
+        self.deactivate()
+
+    def infer(self, obs: np.ndarray) -> np.ndarray:
+        """One observation batch (batch, *obs_shape) → actions (batch, ...) on the host.
+
+        Wrong shape or dtype raises ValueError. Non-finite input or output returns the safe
+        action for the whole batch (counted in ``non_finite_events``) or raises when none is set.
+        """
+        if not self.active:
+            raise RuntimeBackendError(f"{self.name} backend is not active: call activate() first")
+        obs = self.validate(obs)
+        if not np.isfinite(obs).all():
+            return self._unsafe("non-finite observation", len(obs))
+        action = self.infer_impl(obs)
+        if action.dtype.kind == "f" and not np.isfinite(action).all():
+            return self._unsafe("non-finite action from the model", len(obs))
+        return action
+
+    def validate(self, obs: Any) -> np.ndarray:
+        """Check shape and dtype against the input spec (float64 is not cast silently)."""
+        if not isinstance(obs, np.ndarray):
+            raise ValueError(f"obs must be a numpy array, got {type(obs).__name__}")
+        if obs.dtype != self._dtype:
+            raise ValueError(f"obs dtype {obs.dtype} does not match the model's {self._dtype}")
+        if obs.ndim != len(self.input_spec.shape) or obs.shape[1:] != self._fixed:
+            raise ValueError(
+                f"obs shape {obs.shape} does not match the model's "
+                f"{tuple(self.input_spec.shape)} (batch first)"
+            )
+        if self._batch is not None and obs.shape[0] != self._batch:
+            raise ValueError(
+                f"this model takes a batch of exactly {self._batch}, got {obs.shape[0]}"
+            )
+        return obs if obs.flags.c_contiguous else np.ascontiguousarray(obs)
+
+    def _unsafe(self, why: str, batch: int) -> np.ndarray:
+        self.non_finite_events += 1
+        if self.safe_action is None:
+            raise ValueError(f"{why}, and no safe action is configured")
+        log.debug("%s: returning the safe action", why)
+        return np.broadcast_to(self.safe_action, (batch, *self.safe_action.shape)).copy()
+
+    # ------------------------------------------------------------------- hooks
+    @abc.abstractmethod
+    def activate_impl(self) -> None:
+        """Create sessions, engines and buffers."""
+
+    @abc.abstractmethod
+    def infer_impl(self, obs: np.ndarray) -> np.ndarray:
+        """Run the model on a validated batch; return the ``action`` output."""
+
+    @abc.abstractmethod
+    def deactivate_impl(self) -> None:
+        """Free what activate_impl made."""
+
+    def describe(self) -> dict[str, Any]:
+        """Backend, device and mode, for reports."""
+        return {"backend": self.name}

@@ -1,0 +1,112 @@
+"""``orin-rl run``: close the control loop around a gymnasium environment (torch-free)."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from orin_rl.runtime import load
+from orin_rl.runtime.loop import ControlLoop, LoopConfig
+from orin_rl.runtime.stats import histogram_png, write_report
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class EnvDriver:
+    """A single gymnasium env as sensor and actuator, tracking episode returns."""
+
+    env_id: str
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        import gymnasium as gym
+
+        self.env = gym.make(self.env_id)
+        obs, _ = self.env.reset(seed=self.seed)
+        self.obs = np.asarray(obs, dtype=np.float32)[None]
+        self.returns: list[float] = []
+        self._ret = 0.0
+        self._discrete = isinstance(self.env.action_space, gym.spaces.Discrete)
+
+    def sensor(self) -> np.ndarray:
+        return self.obs
+
+    def actuate(self, action: np.ndarray) -> None:
+        a = action[0]
+        a = int(a) if self._discrete else np.asarray(a, dtype=np.float32)
+        obs, reward, term, trunc, _ = self.env.step(a)
+        self._ret += float(reward)
+        if term or trunc:
+            self.returns.append(self._ret)
+            self._ret = 0.0
+            obs, _ = self.env.reset()
+        self.obs[0] = obs
+
+
+def run_policy(
+    model: str | Path,
+    backend: str,
+    env_id: str | None,
+    rate_hz: float,
+    steps: int,
+    device: str = "cpu",
+    report: str | Path | None = None,
+    histogram: str | Path | None = None,
+    seed: int = 0,
+    loop_options: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Run ``steps`` loop iterations; return (and optionally write) the report."""
+    from orin_rl import bundle as bundle_mod
+
+    runner = load(model, backend, device)
+    env_id = env_id or _env_of(model, bundle_mod)
+    driver = EnvDriver(env_id, seed)
+    safe = _safe_action(runner)
+    runner.safe_action = safe
+    cfg = LoopConfig(rate_hz=rate_hz, iterations=steps, **(loop_options or {}))
+    with runner:
+        result = ControlLoop(
+            driver.sensor, runner.infer, driver.actuate, cfg, safe_action=safe[None]
+        ).run()
+    out = {
+        **runner.describe(),
+        "env_id": env_id,
+        "rate_hz": rate_hz,
+        **result.to_dict(),
+        "episode_returns": driver.returns,
+        "non_finite_events": runner.non_finite_events,
+    }
+    if getattr(runner, "auto_timings", None):
+        out["auto_timings"] = runner.auto_timings
+    if report:
+        write_report(out, report)
+    if histogram:
+        deadline = 1e6 / rate_hz if rate_hz else None
+        histogram_png(
+            result.latency_ns,
+            histogram,
+            f"{out['backend']} on {env_id} at {rate_hz:g} Hz",
+            deadline,
+        )
+    return out
+
+
+def _env_of(model, bundle_mod) -> str:
+    path = Path(model)
+    for folder in (path, path / "bundle", path.parent):
+        if (folder / "policy.json").is_file():
+            info, _ = bundle_mod.load_bundle(folder, verify_hash=False)
+            if info.env_id:
+                return info.env_id
+    raise bundle_mod.BundleError(f"{model}: the environment is unknown; pass --env ID")
+
+
+def _safe_action(runner) -> np.ndarray:
+    spec = runner.output_spec[0]
+    shape = [d for d in spec.shape[1:] if isinstance(d, int)]
+    return np.zeros(shape, dtype=np.dtype(spec.dtype))

@@ -1,0 +1,91 @@
+"""Latency statistics (p50 … max, jitter, deadline misses) as JSON and a histogram PNG."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+PERCENTILES = {"p50": 50, "p90": 90, "p99": 99, "p999": 99.9}
+
+
+@dataclass
+class LatencyRecorder:
+    """Preallocated latency and period samples (ns): no allocation while recording."""
+
+    capacity: int
+
+    def __post_init__(self) -> None:
+        self.latency_ns = np.zeros(self.capacity, dtype=np.int64)
+        self.period_ns = np.zeros(self.capacity, dtype=np.int64)
+        self.count = 0
+
+    def record(self, latency_ns: int, period_ns: int) -> None:
+        """Store one iteration's latency and the time since the previous iteration started."""
+        i = self.count
+        if i < self.capacity:
+            self.latency_ns[i] = latency_ns
+            self.period_ns[i] = period_ns
+        self.count = i + 1
+
+
+def summarize_us(samples_ns: np.ndarray) -> dict[str, float]:
+    """mean, p50, p90, p99, p99.9 and max of ns samples, in µs."""
+    if len(samples_ns) == 0:
+        return {k: 0.0 for k in ("mean", *PERCENTILES, "max")}
+    us = samples_ns.astype(np.float64) / 1e3
+    out = {"mean": float(us.mean())}
+    out.update({k: float(np.percentile(us, q)) for k, q in PERCENTILES.items()})
+    out["max"] = float(us.max())
+    return out
+
+
+def jitter_us(period_ns: np.ndarray, target_ns: int) -> dict[str, float]:
+    """Deviation of the achieved period from the target: std and max |error|, in µs."""
+    if len(period_ns) < 2 or target_ns <= 0:
+        return {"std": 0.0, "max_abs": 0.0}
+    err = (period_ns[1:].astype(np.float64) - target_ns) / 1e3
+    return {"std": float(err.std()), "max_abs": float(np.abs(err).max())}
+
+
+def write_report(report: dict[str, Any], path: str | Path) -> None:
+    """JSON report (keys documented in README: backend, latency_us, deadline_misses, …)."""
+    Path(path).write_text(json.dumps(report, indent=2) + "\n")
+
+
+def histogram_png(
+    latency_ns: np.ndarray, path: str | Path, title: str, deadline_us: float | None
+) -> None:
+    """Latency histogram (log count) with the percentiles and the deadline marked."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    us = latency_ns / 1e3
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    ax.hist(us, bins=100, log=True, color="#4c72b0")
+    for name, q in (("p50", 50), ("p99", 99), ("p99.9", 99.9)):
+        v = np.percentile(us, q)
+        ax.axvline(v, linestyle="--", color="gray")
+        ax.text(v, ax.get_ylim()[1], f" {name} {v:.0f}", rotation=90, va="top", fontsize=8)
+    if deadline_us:
+        ax.axvline(deadline_us, color="red")
+        ax.text(
+            deadline_us,
+            ax.get_ylim()[1],
+            " deadline",
+            color="red",
+            rotation=90,
+            va="top",
+            fontsize=8,
+        )
+    ax.set_xlabel("iteration latency (µs): sensor → infer → actuate")
+    ax.set_ylabel("iterations")
+    ax.set_title(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,122 @@
+"""The backend contract, for every backend available here (TensorRT: marked, skipped)."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import numpy as np
+import pytest
+import torch
+
+from orin_rl.runtime import RuntimeBackendError, load
+from orin_rl.runtime.torch_backend import TorchBackend
+
+BACKENDS = [
+    "onnxruntime",
+    "torch",
+    pytest.param(
+        "tensorrt",
+        marks=[
+            pytest.mark.tensorrt,
+            pytest.mark.skipif(
+                importlib.util.find_spec("tensorrt") is None,
+                reason="needs TensorRT and an engine built on this board (no machine here has it)",
+            ),
+        ],
+    ),
+]
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request, run_with_bundle):
+    model = run_with_bundle
+    if request.param == "tensorrt":
+        from orin_rl.export.recipes import load_recipe
+        from orin_rl.export.tensorrt import build_engine
+
+        model = run_with_bundle / "policy.engine"
+        build_engine(run_with_bundle / "bundle", model, load_recipe(None, precision="fp32"))
+    return load(model, request.param, safe_action=np.array(0))
+
+
+class TestContract:
+    def test_lifecycle_and_specs(self, backend):
+        assert backend.input_spec.name == "obs" and backend.output_spec[0].name == "action"
+        with pytest.raises(RuntimeBackendError, match="activate"):
+            backend.infer(np.zeros((1, 4), np.float32))
+        with backend:
+            assert backend.active
+            action = backend.infer(np.zeros((1, 4), np.float32))
+            assert action.shape == (1,) and action.dtype == np.int64
+            assert backend.infer(np.zeros((7, 4), np.float32)).shape == (7,)
+        assert not backend.active
+
+    def test_backends_agree(self, backend, run_with_bundle, rng):
+        obs = rng.normal(size=(64, 4)).astype(np.float32)
+        with load(run_with_bundle, "torch") as ref, backend:
+            np.testing.assert_array_equal(backend.infer(obs), ref.infer(obs))
+
+    @pytest.mark.parametrize(
+        ("obs", "message"),
+        [
+            (np.zeros((1, 5), np.float32), "shape"),
+            (np.zeros(4, np.float32), "shape"),
+            (np.zeros((1, 4), np.float64), "dtype"),
+            ([[0.0, 0.0, 0.0, 0.0]], "numpy array"),
+        ],
+    )
+    def test_bad_input_is_a_value_error(self, backend, obs, message):
+        with backend, pytest.raises(ValueError, match=message):
+            backend.infer(obs)
+
+    @pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+    def test_non_finite_input_gives_the_safe_action(self, backend, bad):
+        obs = np.zeros((3, 4), np.float32)
+        obs[1, 2] = bad
+        with backend:
+            np.testing.assert_array_equal(backend.infer(obs), np.zeros(3, np.int64))
+            assert backend.non_finite_events == 1
+
+    def test_huge_values_are_valid_input(self, backend):
+        with backend:
+            assert backend.infer(np.full((1, 4), 3e38, np.float32)).shape == (1,)
+
+
+def test_non_finite_output_gives_the_safe_action():
+    class Broken(torch.nn.Module):
+        def forward(self, x):
+            return x.sum(-1, keepdim=True) * float("nan")
+
+    backend = TorchBackend.from_module(Broken(), [4], safe_action=np.array([0.5], np.float32))
+    with backend:
+        np.testing.assert_array_equal(backend.infer(np.ones((2, 4), np.float32)), [[0.5], [0.5]])
+        assert backend.non_finite_events == 1
+    backend.safe_action = None
+    with backend, pytest.raises(ValueError, match="no safe action"):
+        backend.infer(np.ones((1, 4), np.float32))
+
+
+def test_auto_picks_the_lowest_p99(run_with_bundle):
+    backend = load(run_with_bundle, "auto")
+    assert set(backend.auto_timings) == {"onnxruntime", "torch"}
+    best = min(backend.auto_timings, key=lambda k: backend.auto_timings[k]["p99_us"])
+    assert backend.name == best
+
+
+def test_wrong_artefact_for_the_backend(run_with_bundle, tmp_path):
+    with pytest.raises(RuntimeBackendError, match="engine"):
+        load(run_with_bundle, "tensorrt")
+    with pytest.raises(Exception, match="not an engine, a bundle"):
+        load(tmp_path, "auto")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("cuda_graph", [False, True])
+def test_torch_cuda_modes(run_with_bundle, rng, cuda_graph):
+    obs = rng.normal(size=(1, 4)).astype(np.float32)
+    with (
+        load(run_with_bundle, "torch") as ref,
+        load(run_with_bundle, "torch", "cuda", cuda_graph=cuda_graph) as gpu,
+    ):
+        for _ in range(3):
+            np.testing.assert_array_equal(gpu.infer(obs), ref.infer(obs))
