@@ -140,6 +140,12 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", type=Path, default=Path("bench/infer"), help="output prefix")
 
 
+def _add_doctor(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("doctor", help="what this machine offers, with next steps")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--selftest", action="store_true", help="build and run tiny TensorRT engines")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``orin-rl`` argument parser."""
     parser = argparse.ArgumentParser(prog="orin-rl", description=__doc__)
@@ -152,6 +158,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_build(sub)
     _add_run(sub)
     _add_bench(sub)
+    _add_doctor(sub)
     return parser
 
 
@@ -389,7 +396,26 @@ def _cnn_seed_backends(names: list[str], device: str, threads: int) -> dict:
     return backends
 
 
+def cmd_doctor(args: argparse.Namespace) -> int:
+    """``orin-rl doctor``."""
+    from orin_rl import doctor
+
+    rows = doctor.checks()
+    tests = doctor.selftest() if args.selftest else []
+    if args.json:
+        print(
+            json.dumps(
+                {"checks": doctor.as_json(rows), "selftest": doctor.as_json(tests)}, indent=2
+            )
+        )
+    else:
+        print(doctor.table(rows + tests))
+    failed = [t for t in tests if t.status != "ok" and t.item != "selftest"]
+    return 1 if failed else 0
+
+
 COMMANDS = {
+    "doctor": cmd_doctor,
     "train": cmd_train,
     "export": cmd_export,
     "build": cmd_build,

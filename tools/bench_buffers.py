@@ -283,7 +283,20 @@ def markdown(r: dict) -> str:
         "| kernel | size | eager (µs) | graph (µs) | graph GB/s | % of copy | torch (µs) | torch GB/s |",
         "|---|---|---|---|---|---|---|---|",
     ]
+    gw = r.get("gather_wide")
     for name, k, size, ref in (
+        *(
+            [
+                (
+                    "minibatch gather, 1 KiB rows",
+                    gw,
+                    f"{gw['take']:,} of {gw['rows']:,} rows × {gw['cols']}",
+                    "torch_index_select_us",
+                )
+            ]
+            if gw
+            else []
+        ),
         (
             "minibatch gather",
             r["gather"],
@@ -331,6 +344,8 @@ def main() -> None:
         "copy_gb_s": copy_bandwidth(device),
         "gae": [bench_gae(device, n) for n in (4096, 65536)],
         "gather": bench_gather(device, rows=128 * 65536, cols=16, take=128 * 65536 // 4),
+        # Wide rows (a 1 KiB observation): random rows are read in full cache lines.
+        "gather_wide": bench_gather(device, rows=1 << 20, cols=256, take=1 << 18),
         "normalize": bench_normalize(device, 128 * 65536),
         "per": bench_per(device),
     }

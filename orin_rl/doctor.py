@@ -1,0 +1,259 @@
+"""``orin-rl doctor``: what this machine offers, with a next step for each missing piece, and
+``--selftest``: the first-run proof that the TensorRT paths work on a board."""
+
+from __future__ import annotations
+
+import importlib.util
+import platform
+import sys
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+@dataclass
+class Check:
+    """One row of the doctor's table."""
+
+    item: str
+    status: str
+    """``ok``, ``missing``, ``warn`` or ``info``."""
+    detail: str
+    next_step: str = ""
+
+
+def _version(module: str) -> str | None:
+    if importlib.util.find_spec(module) is None:
+        return None
+    try:
+        return getattr(__import__(module), "__version__", "installed")
+    except Exception as exc:  # installed but broken
+        return f"broken ({exc.__class__.__name__})"
+
+
+def _tiny_onnx() -> bytes:
+    from onnx import TensorProto, helper
+
+    node = helper.make_node("Relu", ["x"], ["y"])
+    graph = helper.make_graph(
+        [node],
+        "t",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+
+
+def working_ort_providers() -> tuple[list[str], list[str]]:
+    """(providers that start a session, providers that are compiled in but fail)."""
+    import onnxruntime as ort
+
+    model = _tiny_onnx()
+    works, fails = [], []
+    for provider in ort.get_available_providers():
+        try:
+            session = ort.InferenceSession(model, providers=[provider])
+            session.run(None, {"x": np.ones((1, 4), np.float32)})
+            (works if session.get_providers()[0] == provider else fails).append(provider)
+        except Exception:  # listed is not working: that is what we report
+            fails.append(provider)
+    return works, fails
+
+
+def checks() -> list[Check]:
+    """Every row of the table."""
+    from orin_rl import jetson
+
+    rows = [Check("python", "ok", f"{platform.python_version()} ({sys.executable})")]
+    info = jetson.detect()
+    torch_version = _version("torch")
+    if torch_version is None:
+        rows.append(
+            Check(
+                "torch",
+                "missing",
+                "not installed (the runtime works without it)",
+                "pip install torch (on a Jetson: NVIDIA's JetPack build)",
+            )
+        )
+    else:
+        import torch
+
+        if torch.cuda.is_available():
+            rows.append(
+                Check(
+                    "torch",
+                    "ok",
+                    f"{torch_version}, CUDA {torch.version.cuda}, {torch.cuda.get_device_name(0)}",
+                )
+            )
+        else:
+            step = (
+                "install NVIDIA's JetPack torch (jetson/setup.sh)"
+                if info.is_jetson
+                else "a CUDA build of torch for GPU training"
+            )
+            rows.append(
+                Check(
+                    "torch", "warn" if info.is_jetson else "info", f"{torch_version}, no CUDA", step
+                )
+            )
+    numba_version = _version("numba")
+    if numba_version is None:
+        rows.append(Check("numba", "missing", "not installed", "pip install numba"))
+    else:
+        from numba import config as numba_config
+        from numba import cuda
+
+        if numba_config.ENABLE_CUDASIM:
+            detail, status, step = "CUDA simulator (NUMBA_ENABLE_CUDASIM=1)", "info", ""
+        elif cuda.is_available():
+            detail, status, step = "CUDA kernels available", "ok", ""
+        else:
+            detail, status, step = (
+                "no CUDA: kernels run as @njit CPU twins",
+                "info",
+                "pip install 'orin-rl[cuda]' on a GPU machine",
+            )
+        rows.append(Check("numba", status, f"{numba_version}; {detail}", step))
+    if _version("onnxruntime") is None:
+        rows.append(
+            Check("onnxruntime", "missing", "not installed", "pip install 'orin-rl[export]'")
+        )
+    else:
+        works, fails = working_ort_providers()
+        detail = f"{_version('onnxruntime')}; providers that start: {', '.join(works)}"
+        if fails:
+            detail += f"; listed but failing: {', '.join(fails)}"
+        step = (
+            ""
+            if any(p != "CPUExecutionProvider" for p in works)
+            else "GPU providers: onnxruntime-gpu (NVIDIA's Jetson wheels on a Jetson)"
+        )
+        rows.append(Check("onnxruntime", "ok", detail, step))
+    if info.tensorrt:
+        rows.append(Check("tensorrt", "ok", f"{info.tensorrt}; DLA cores: {info.dla_cores}"))
+    else:
+        rows.append(
+            Check(
+                "tensorrt",
+                "missing",
+                "not importable",
+                "on a Jetson: JetPack's TensorRT in a --system-site-packages venv (jetson/)",
+            )
+        )
+    if info.is_jetson:
+        rows.append(Check("jetson", "ok", f"{info.model}; L4T {info.l4t}; JetPack {info.jetpack}"))
+        try:
+            name, mode_id = jetson.power_mode()
+            rows.append(Check("power mode", "info", f"{name} (id {mode_id})"))
+        except jetson.JetsonError as exc:
+            rows.append(Check("power mode", "warn", str(exc)))
+    else:
+        rows.append(Check("jetson", "info", "not a Jetson (no /etc/nv_tegra_release)"))
+    for warning in info.warnings:
+        rows.append(Check("warning", "warn", warning))
+    if torch_version is not None:
+        import torch
+
+        from orin_rl.buffers.memory import resolve_placement
+
+        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        placement, reason = resolve_placement("auto", device)
+        rows.append(Check("buffer placement", "info", f"auto → {placement} ({reason})"))
+    return rows
+
+
+def table(rows: list[Check]) -> str:
+    """Fixed-width text table."""
+    width = max(len(r.item) for r in rows)
+    marks = {"ok": "✓", "missing": "✗", "warn": "!", "info": "·"}
+    lines = []
+    for r in rows:
+        lines.append(f"{marks.get(r.status, '?')} {r.item:<{width}}  {r.detail}")
+        if r.next_step:
+            lines.append(f"  {'':<{width}}  → {r.next_step}")
+    return "\n".join(lines)
+
+
+def as_json(rows: list[Check]) -> list[dict[str, Any]]:
+    """JSON-ready rows."""
+    return [asdict(r) for r in rows]
+
+
+def selftest() -> list[Check]:
+    """Build a tiny engine per precision (and on each DLA core), run it, compare with ONNX
+    Runtime on the CPU. Needs TensorRT: elsewhere one row says what to install."""
+    if importlib.util.find_spec("tensorrt") is None:
+        return [
+            Check(
+                "selftest",
+                "missing",
+                "TensorRT is not installed: nothing to test",
+                "run on a Jetson with JetPack's TensorRT",
+            )
+        ]
+    import onnxruntime as ort
+    import torch
+
+    from orin_rl.export.onnx import _to_onnx
+    from orin_rl.export.recipes import load_recipe
+    from orin_rl.export.tensorrt import build_engine
+    from orin_rl.models import ActorCritic, PolicySpec
+    from orin_rl.models.deploy import DeterministicPolicy
+    from orin_rl.runtime.tensorrt_engine import TensorRTEngine, import_tensorrt
+
+    torch.manual_seed(0)
+    module = DeterministicPolicy(
+        ActorCritic(PolicySpec([8], "continuous", 2, action_low=[-1, -1], action_high=[1, 1]))
+    )
+    rows = []
+    obs = np.random.default_rng(0).standard_normal((64, 8)).astype(np.float32)
+    trt = import_tensorrt()
+    dla = int(trt.Builder(trt.Logger(trt.Logger.ERROR)).num_DLA_cores)
+    with tempfile.TemporaryDirectory() as tmp:
+        onnx_path = Path(tmp) / "tiny.onnx"
+        onnx_path.write_bytes(
+            _to_onnx(module, [8], "dynamic", 17, discrete=False).SerializeToString()
+        )
+        np.savez(Path(tmp) / "calib.npz", obs=obs)
+        expected = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"]).run(
+            None, {"obs": obs}
+        )[0]
+        targets = [("fp32", None), ("fp16", None), ("int8", None)] + [
+            ("fp16", core) for core in range(dla)
+        ]
+        for precision, core in targets:
+            label = f"{precision} on {'DLA ' + str(core) if core is not None else 'GPU'}"
+            try:
+                recipe = load_recipe(
+                    None,
+                    precision=precision,
+                    dla_core=core,
+                    gpu_fallback=core is not None,
+                    calib=str(Path(tmp) / "calib.npz"),
+                    timing_cache=str(Path(tmp) / "t.cache"),
+                )
+                engine = Path(tmp) / f"{precision}-{core}.engine"
+                build_engine(onnx_path, engine, recipe)
+                runner = TensorRTEngine.from_file(engine, batch=1)
+                got = np.concatenate(
+                    [runner.run({"obs": obs[i : i + 1]})["action"] for i in range(len(obs))]
+                )
+                err = float(np.abs(got - expected).max())
+                bound = {"fp32": 1e-3, "fp16": 2e-2, "int8": 0.2}[precision]
+                rows.append(
+                    Check(
+                        f"selftest {label}",
+                        "ok" if err <= bound else "warn",
+                        f"max error vs ONNX Runtime {err:.2g} (bound {bound})",
+                    )
+                )
+            except Exception as exc:  # report each path's failure and go on
+                rows.append(
+                    Check(f"selftest {label}", "missing", f"{exc.__class__.__name__}: {exc}"[:200])
+                )
+    return rows

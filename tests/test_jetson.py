@@ -1,0 +1,241 @@
+"""Jetson detection on fake roots, tegrastats parsing, the monitor, tool commands, doctor."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+import time
+
+import pytest
+
+from orin_rl import cli, jetson
+
+JP7_LINE = (
+    "07-25-2026 09:08:28 RAM 20642/62817MB (lfb 1x2MB) CPU [23%@2201,10%@2201,4%@2201,14%@2201,"
+    "30%@2201,18%@2201,10%@2201,10%@2201,33%@2201,7%@2201,5%@2201,27%@2201] EMC_FREQ 3%@3199 "
+    "GR3D_FREQ 12%@[1300,1300] NVENC0 off NVDEC0 off NVJPG0 off NVJPG1 off VIC off OFA off "
+    "NVDLA0 off NVDLA1 off PVA0_FREQ off APE 174 cpu@52.968C/52.968C soc2@48.406C/48.406C "
+    "soc0@49.531C/49.531C gpu@47.625C/47.625C VDD_GPU_SOC 5139mW/5139mW/5139mW "
+    "VDD_CPU_CV 3268mW/3268mW/3268mW VIN_SYS_5V0 5500mW/5500mW/5500mW"
+)
+# JetPack 5 form: one GR3D pair, upper-case temperatures, current/average power, a SWAP field.
+JP5_LINE = (
+    "RAM 3012/30536MB (lfb 6384x4MB) SWAP 0/15268MB (cached 0MB) CPU [2%@729,1%@729,off,off] "
+    "EMC_FREQ 0%@2133 GR3D_FREQ 10%@1300 APE 174 CPU@41.437C GPU@39.5C Tboard@38C "
+    "VDD_GPU_SOC 2390mW/2390mW VDD_CPU_CV 796mW/796mW VIN_SYS_5V0 3528mW/3528mW"
+)
+THOR_LINE = "RAM 10240/131072MB CPU [1%@2601,2%@2601] EMC_FREQ 1%@4266 GR3D_FREQ @[1000,1000,1000] gpu@41.2C/41.2C"
+
+
+def fake_root(tmp_path, release: str | None, model: str | None):
+    if release is not None:
+        (tmp_path / "etc").mkdir()
+        (tmp_path / "etc" / "nv_tegra_release").write_text(release + "\n# KERNEL_VARIANT: oot\n")
+    if model is not None:
+        (tmp_path / "proc" / "device-tree").mkdir(parents=True)
+        (tmp_path / "proc" / "device-tree" / "model").write_bytes(model.encode() + b"\x00")
+    return tmp_path
+
+
+class TestDetect:
+    @pytest.mark.parametrize(
+        ("release", "model", "l4t", "jetpack"),
+        [
+            (
+                "# R35 (release), REVISION: 4.1, GCID: 33958178, BOARD: t186ref, EABI: aarch64, DATE: Tue Aug  1 19:57:35 UTC 2023",
+                "NVIDIA Jetson AGX Orin Developer Kit",
+                "35.4.1",
+                "5.1.2",
+            ),
+            (
+                "# R36 (release), REVISION: 3.0, GCID: 36191598, BOARD: generic, EABI: aarch64, DATE: Mon May  6 17:34:21 UTC 2024",
+                "NVIDIA Jetson AGX Orin Developer Kit",
+                "36.3.0",
+                "6.0",
+            ),
+            (
+                "# R36 (release), REVISION: 4.3, GCID: 38968081, BOARD: generic, EABI: aarch64, DATE: Wed Jan  8 01:49:37 UTC 2025",
+                "NVIDIA Jetson AGX Orin Developer Kit",
+                "36.4.3",
+                "6.2",
+            ),
+            (
+                "# R36 (release), REVISION: 4.3, GCID: 38968081, BOARD: generic, EABI: aarch64, DATE: Wed Jan  8 01:49:37 UTC 2025",
+                "NVIDIA Jetson Orin Nano Engineering Reference Developer Kit Super",
+                "36.4.3",
+                "6.2",
+            ),
+            (
+                "# R38 (release), REVISION: 2.0, GCID: 1, BOARD: generic, EABI: aarch64, DATE: x",
+                "NVIDIA Jetson AGX Thor",
+                "38.2.0",
+                "7.x",
+            ),
+        ],
+    )
+    def test_jetson_roots(self, tmp_path, release, model, l4t, jetpack):
+        info = jetson.detect(fake_root(tmp_path, release, model), inspect_torch=False)
+        assert info.is_jetson and info.integrated_gpu
+        assert (info.model, info.l4t, info.jetpack) == (model, l4t, jetpack)
+
+    def test_not_a_jetson(self, tmp_path):
+        info = jetson.detect(fake_root(tmp_path, None, None), inspect_torch=False)
+        assert (
+            not info.is_jetson and info.l4t is None and info.jetpack is None and info.model is None
+        )
+
+    def test_cpu_only_torch_on_a_jetson_is_a_warning(self, tmp_path):
+        pytest.importorskip("torch")
+        import torch
+
+        if torch.cuda.is_available():
+            pytest.skip("this torch has CUDA")
+        root = fake_root(
+            tmp_path, "# R36 (release), REVISION: 4.3, GCID: 1, BOARD: generic", "Orin"
+        )
+        info = jetson.detect(root)
+        assert info.torch_cuda is False and "JetPack build of torch" in info.warnings[0]
+
+
+class TestTegrastats:
+    def test_jetpack7_agx_orin_line(self):
+        s = jetson.parse_tegrastats(JP7_LINE)
+        assert s["timestamp"] == "07-25-2026 09:08:28"
+        assert (s["ram_used_mb"], s["ram_total_mb"]) == (20642, 62817)
+        assert len(s["cpu"]) == 12 and s["cpu"][0] == {"load_pct": 23, "freq_mhz": 2201}
+        assert (s["emc_load_pct"], s["emc_freq_mhz"]) == (3, 3199)
+        assert (s["gpu_load_pct"], s["gpu_freq_mhz"]) == (12, [1300, 1300])
+        assert s["temperatures_c"] == {"cpu": 52.968, "soc2": 48.406, "soc0": 49.531, "gpu": 47.625}
+        assert s["power_mw"]["VDD_GPU_SOC"] == {"current": 5139, "average": 5139, "max": 5139}
+        assert jetson.total_power_mw(s) == 5500
+        assert "swap_used_mb" not in s
+
+    def test_jetpack5_line(self):
+        s = jetson.parse_tegrastats(JP5_LINE)
+        assert (s["swap_used_mb"], s["swap_total_mb"]) == (0, 15268)
+        assert s["cpu"][2] is None and s["cpu"][1] == {"load_pct": 1, "freq_mhz": 729}
+        assert (s["gpu_load_pct"], s["gpu_freq_mhz"]) == (10, 1300)
+        assert s["temperatures_c"] == {"cpu": 41.437, "gpu": 39.5, "tboard": 38.0}
+        assert s["power_mw"]["VDD_CPU_CV"] == {"current": 796, "average": 796}
+        assert "timestamp" not in s
+
+    def test_thor_line_has_no_gpu_load(self):
+        s = jetson.parse_tegrastats(THOR_LINE)
+        assert s["gpu_load_pct"] is None and s["gpu_freq_mhz"] == [1000, 1000, 1000]
+        assert s["emc_freq_mhz"] == 4266 and jetson.total_power_mw(s) is None
+
+    def test_garbage_gives_nothing(self):
+        assert jetson.parse_tegrastats("not a tegrastats line") == {}
+
+
+class TestCommands:
+    def test_argument_lists(self):
+        assert jetson.nvpmodel_query_command() == ["nvpmodel", "-q"]
+        assert jetson.nvpmodel_set_command(2) == ["nvpmodel", "-m", "2"]
+        assert jetson.jetson_clocks_command("enable") == ["jetson_clocks"]
+        assert jetson.jetson_clocks_command("store", "/tmp/c") == [
+            "jetson_clocks",
+            "--store",
+            "/tmp/c",
+        ]
+        assert jetson.jetson_clocks_command("restore", "/tmp/c") == [
+            "jetson_clocks",
+            "--restore",
+            "/tmp/c",
+        ]
+
+    @pytest.mark.parametrize("bad", [-1, "0; rm -rf /", True, 1.5])
+    def test_bad_mode_ids(self, bad):
+        with pytest.raises(jetson.JetsonError):
+            jetson.nvpmodel_set_command(bad)
+
+    def test_clock_actions(self):
+        with pytest.raises(jetson.JetsonError, match="state file"):
+            jetson.jetson_clocks_command("store")
+        with pytest.raises(jetson.JetsonError):
+            jetson.jetson_clocks_command("boost")
+
+    def test_parse_nvpmodel(self):
+        assert jetson.parse_nvpmodel("NV Power Mode: MAXN\n0\n") == ("MAXN", 0)
+        assert jetson.parse_nvpmodel("NV Power Mode: 15W\n1\n") == ("15W", 1)
+
+    def test_missing_tool_says_not_a_jetson(self, monkeypatch):
+        monkeypatch.setenv("PATH", "/nonexistent")
+        with pytest.raises(jetson.JetsonError, match="not a Jetson"):
+            jetson.power_mode()
+
+
+def fake_tegrastats(tmp_path, lines: list[str], delay: float, exit_after: bool) -> str:
+    """A real executable that prints recorded lines like tegrastats does."""
+    script = tmp_path / "tegrastats"
+    body = "\n".join(f"print({line!r}, flush=True); time.sleep({delay})" for line in lines)
+    tail = "sys.exit(3)" if exit_after else "time.sleep(60)"
+    script.write_text(f"#!{sys.executable}\nimport sys, time\n{body}\n{tail}\n")
+    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    return str(script)
+
+
+class TestMonitor:
+    def test_samples_energy_and_temperatures(self, tmp_path):
+        cmd = fake_tegrastats(tmp_path, [JP7_LINE] * 6, 0.05, exit_after=False)
+        with jetson.Monitor(source="tegrastats", command=[cmd]) as mon:
+            deadline = time.monotonic() + 10
+            while len(mon.samples) < 6 and time.monotonic() < deadline:
+                time.sleep(0.02)
+        summary = mon.summary()
+        assert summary["samples"] == 6 and summary["error"] is None
+        assert summary["mean_power_w"] == pytest.approx(5.5)
+        assert summary["energy_j"] == pytest.approx(5.5 * summary["duration_s"], rel=1e-6)
+        assert summary["peak_temperatures_c"]["cpu"] == 52.968
+
+    def test_source_dying_mid_run_keeps_the_samples(self, tmp_path):
+        cmd = fake_tegrastats(tmp_path, [JP5_LINE] * 3, 0.02, exit_after=True)
+        mon = jetson.Monitor(source="tegrastats", command=[cmd]).start()
+        mon._thread.join(timeout=10)
+        summary = mon.stop()
+        assert summary["samples"] == 3 and "exited (code 3)" in summary["error"]
+
+    def test_missing_source_is_reported_not_raised(self):
+        mon = jetson.Monitor(source="tegrastats", command=["/nonexistent/tegrastats"]).start()
+        assert "cannot start" in mon.stop()["error"]
+
+    def test_per_watt(self):
+        assert jetson.per_watt(1000.0, {"mean_power_w": 5.0}) == 200.0
+        assert jetson.per_watt(1000.0, {"mean_power_w": None}) is None
+
+
+def test_doctor_on_this_box(capsys):
+    assert cli.main(["doctor"]) == 0
+    out = capsys.readouterr().out
+    for item in (
+        "python",
+        "torch",
+        "numba",
+        "onnxruntime",
+        "tensorrt",
+        "jetson",
+        "buffer placement",
+    ):
+        assert item in out
+    assert "CPUExecutionProvider" in out
+
+
+def test_doctor_json_validates(capsys):
+    assert cli.main(["doctor", "--json", "--selftest"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert {"checks", "selftest"} == set(data)
+    for row in data["checks"] + data["selftest"]:
+        assert set(row) == {"item", "status", "detail", "next_step"}
+        assert row["status"] in {"ok", "missing", "warn", "info"}
+    if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
+        numba_row = next(r for r in data["checks"] if r["item"] == "numba")
+        assert "simulator" in numba_row["detail"]
+
+
+def test_no_shell_anywhere():
+    """Tools run with argument lists: no shell=True in the package."""
+    out = subprocess.run(["grep", "-rn", "shell=True", "orin_rl"], capture_output=True, text=True)
+    assert out.stdout == ""

@@ -1,0 +1,358 @@
+"""Inference benchmark: every backend and mode on the same inputs, one process, one run.
+
+1. Batch-1 MLP policy (17 → 64 → 64 → 6, tanh, continuous actions) round trip, host input →
+   action on the host, per backend and mode, p50 and p99: ONNX Runtime (our backend's
+   ``infer`` with validation, and a bare ``session.run`` on the same session options), PyTorch
+   eager (CPU, and CUDA where present) and PyTorch CUDA graph, plain numpy.
+2. The seed CNN policy (3 conv + 2 FC, 3×256×256) at batch 1 and 128 for every backend here.
+3. ``orin-rl run`` in a subprocess where torch cannot be imported: peak resident memory.
+4. With ``--loop-steps N``: ``orin-rl run`` at ``--loop-rate`` Hz for N iterations on a CartPole
+   bundle, deadline misses and latency percentiles.
+
+    python tools/bench_infer.py --name infer_cpu                       # CPU box
+    python tools/bench_infer.py --name infer_h200 --loop-steps 100000  # GPU machine
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from orin_rl.bundle import BundleInfo
+from orin_rl.export.onnx import _specs, _to_onnx
+from orin_rl.models import ActorCritic, PolicySpec
+from orin_rl.models.cnn import SeedCNNPolicy
+from orin_rl.models.deploy import DeterministicPolicy
+from orin_rl.runtime.bench import time_backend
+from orin_rl.runtime.onnxruntime_backend import OnnxRuntimeBackend
+from orin_rl.runtime.torch_backend import TorchBackend
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def stats(samples_ns: np.ndarray) -> dict[str, float]:
+    us = samples_ns / 1e3
+    return {
+        "p50_us": float(np.percentile(us, 50)),
+        "p99_us": float(np.percentile(us, 99)),
+        "mean_us": float(us.mean()),
+    }
+
+
+def time_fn(fn, iters: int) -> dict[str, float]:
+    for _ in range(max(50, iters // 20)):
+        fn()
+    samples = np.empty(iters)
+    for i in range(iters):
+        t0 = time.perf_counter_ns()
+        fn()
+        samples[i] = time.perf_counter_ns() - t0
+    return stats(samples)
+
+
+def time_pair(fn_a, fn_b, iters: int) -> tuple[dict[str, float], dict[str, float]]:
+    """Time two functions call by call in alternation."""
+    for _ in range(max(50, iters // 20)):
+        fn_a()
+        fn_b()
+    a, b = np.empty(iters), np.empty(iters)
+    for i in range(iters):
+        t0 = time.perf_counter_ns()
+        fn_a()
+        t1 = time.perf_counter_ns()
+        fn_b()
+        t2 = time.perf_counter_ns()
+        a[i], b[i] = t1 - t0, t2 - t1
+    return stats(a), stats(b)
+
+
+def onnx_backend(module, obs_shape, tmp: Path, name: str, threads: int = 1) -> OnnxRuntimeBackend:
+    model = _to_onnx(module, obs_shape, "dynamic", 17, discrete=False)
+    path = tmp / f"{name}.onnx"
+    path.write_bytes(model.SerializeToString())
+    inputs, outputs = _specs(model)
+    info = BundleInfo(path.name, "", 17, "fp32", inputs, outputs, {"kind": "continuous"}, None, 0.0)
+    return OnnxRuntimeBackend(path, info, "cpu", threads)
+
+
+def bench_mlp(iters: int, tmp: Path, cuda: bool) -> list[dict]:
+    torch.manual_seed(0)
+    spec = PolicySpec([17], "continuous", 6, action_low=[-1.0] * 6, action_high=[1.0] * 6)
+    module = DeterministicPolicy(ActorCritic(spec)).eval()
+    obs = np.random.default_rng(0).standard_normal((1, 17)).astype(np.float32)
+    rows = []
+    ort_backend = onnx_backend(module, [17], tmp, "mlp")
+    with ort_backend:
+        session = ort_backend.session
+        # Interleaved, so clock, cache and frequency drift hit both the same way.
+        ours, bare = time_pair(
+            lambda: ort_backend.infer(obs), lambda: session.run(["action"], {"obs": obs}), iters
+        )
+        rows.append({"backend": "onnxruntime", "mode": "CPU, orin_rl infer (validated)", **ours})
+        rows.append({"backend": "onnxruntime", "mode": "CPU, bare session.run", **bare})
+    torch.set_num_threads(1)
+    with TorchBackend.from_module(module, [17], "cpu") as b:
+        rows.append(
+            {"backend": "torch", "mode": "CPU eager", **time_fn(lambda: b.infer(obs), iters)}
+        )
+    if cuda:
+        with TorchBackend.from_module(module, [17], "cuda") as b:
+            rows.append(
+                {"backend": "torch", "mode": "CUDA eager", **time_fn(lambda: b.infer(obs), iters)}
+            )
+        with TorchBackend.from_module(module, [17], "cuda", cuda_graph=True, batch=1) as b:
+            rows.append(
+                {"backend": "torch", "mode": "CUDA graph", **time_fn(lambda: b.infer(obs), iters)}
+            )
+        rows.append(
+            {
+                "backend": "reference",
+                "mode": "bare torch.cuda.synchronize()",
+                **time_fn(torch.cuda.synchronize, iters),
+            }
+        )
+    weights = [
+        (lin.weight.detach().numpy().T.copy(), lin.bias.detach().numpy().copy())
+        for lin in module.actor
+        if isinstance(lin, torch.nn.Linear)
+    ]
+
+    def numpy_mlp():
+        x = obs
+        for i, (w, b) in enumerate(weights):
+            x = x @ w + b
+            if i < len(weights) - 1:
+                x = np.tanh(x)
+        return np.clip(x, -1.0, 1.0)
+
+    rows.append({"backend": "numpy", "mode": "CPU, plain matmuls", **time_fn(numpy_mlp, iters)})
+    return rows
+
+
+def bench_cnn(iters: int, tmp: Path, cuda: bool, threads: int) -> list[dict]:
+    torch.manual_seed(0)
+    model = SeedCNNPolicy().eval()
+    backends = {
+        "onnxruntime (CPU)": onnx_backend(model, list(model.input_shape), tmp, "cnn", threads)
+    }
+    torch.set_num_threads(threads)
+    backends["torch CPU eager"] = TorchBackend.from_module(
+        model, list(model.input_shape), "cpu", threads=threads
+    )
+    if cuda:
+        backends["torch CUDA eager"] = TorchBackend.from_module(
+            model, list(model.input_shape), "cuda"
+        )
+        for batch in (1, 128):
+            backends[f"torch CUDA graph (batch {batch})"] = TorchBackend.from_module(
+                model, list(model.input_shape), "cuda", cuda_graph=True, batch=batch
+            )
+    rows = []
+    for name, backend in backends.items():
+        with backend:
+            for batch in (1, 128):
+                if "graph (batch" in name and f"batch {batch})" not in name:
+                    continue
+                n = iters if batch == 1 else max(5, iters // 20)
+                if "CPU" in name and batch == 128:
+                    n = 5
+                r = time_backend(backend, batch, n)
+                rows.append({"backend": name, **r, "fps": r["throughput_per_s"]})
+    return rows
+
+
+def torch_free_rss(bundle_dir: Path) -> dict:
+    code = textwrap.dedent(f"""
+        import sys
+        sys.modules["torch"] = None
+        sys.modules["numba"] = None
+        from orin_rl.cli import main
+        rc = main(["-q", "run", "--model", r"{bundle_dir}", "--backend", "onnxruntime", "--rate", "0", "--steps", "2000"])
+        # VmHWM: this process's own peak (ru_maxrss would carry the parent's across exec).
+        print([l for l in open("/proc/self/status") if l.startswith("VmHWM")][0].split()[1])
+        sys.exit(rc)
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    if proc.returncode != 0:
+        return {"error": proc.stderr[-300:]}
+    return {"peak_rss_mb": int(proc.stdout.strip().splitlines()[-1]) / 1024}
+
+
+def cartpole_bundle(tmp: Path) -> Path:
+    from orin_rl import config as C
+    from orin_rl.export.onnx import export_bundle
+    from orin_rl.runners import train
+
+    run = tmp / "cartpole"
+    train(
+        C.apply_overrides(
+            C.Config(),
+            [
+                "env.num_envs=8",
+                "ppo.num_steps=32",
+                "ppo.num_epochs=10",
+                "ppo.num_minibatches=1",
+                "ppo.learning_rate=1e-3",
+                "ppo.gamma=0.98",
+                "ppo.gae_lambda=0.8",
+                "train.total_steps=40960",
+                "train.device=cpu",
+                "train.tensorboard=false",
+            ],
+        ),
+        run,
+        progress=False,
+    )
+    export_bundle(run, run / "bundle")
+    return run / "bundle"
+
+
+def loop_run(bundle_dir: Path, rate: float, steps: int, tmp: Path) -> dict:
+    report = tmp / "loop.json"
+    cmd = [
+        sys.executable,
+        "-m",
+        "orin_rl.cli",
+        "-q",
+        "run",
+        "--model",
+        str(bundle_dir),
+        "--backend",
+        "onnxruntime",
+        "--rate",
+        str(rate),
+        "--steps",
+        str(steps),
+        "--report",
+        str(report),
+        "--histogram",
+        str(tmp / "loop.png"),
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=steps / rate * 3 + 120)
+    if proc.returncode != 0:
+        return {"error": proc.stderr[-300:]}
+    data = json.loads(report.read_text())
+    return {
+        k: data[k]
+        for k in (
+            "backend",
+            "rate_hz",
+            "iterations",
+            "latency_us",
+            "jitter_us",
+            "deadline_misses",
+            "overruns",
+        )
+    } | {
+        "episodes": len(data["episode_returns"]),
+        "mean_return": float(np.mean(data["episode_returns"])) if data["episode_returns"] else None,
+    }
+
+
+def markdown(r: dict) -> str:
+    lines = [
+        f"# Inference benchmark: {r['machine']}",
+        "",
+        f"Run {r['date']}, torch {r['torch']}, onnxruntime {r['onnxruntime']}. `{r['command']}`.",
+        "",
+        "## Batch-1 MLP policy (17→64→64→6), host input → action on the host",
+        "",
+        "| backend | mode | p50 (µs) | p99 (µs) | p50 vs PyTorch eager (same device) |",
+        "|---|---|---|---|---|",
+    ]
+    eager = {
+        row["mode"].split()[0]: row["p50_us"]
+        for row in r["mlp"]
+        if row["backend"] == "torch" and "eager" in row["mode"]
+    }
+    for row in r["mlp"]:
+        dev = "CUDA" if "CUDA" in row["mode"] or "cuda" in row["mode"] else "CPU"
+        base = eager.get(dev)
+        ratio = f"{row['p50_us'] / base:.2f}×" if base else "—"
+        lines.append(
+            f"| {row['backend']} | {row['mode']} | {row['p50_us']:.1f} | {row['p99_us']:.1f} | {ratio} |"
+        )
+    ours = next(x for x in r["mlp"] if "orin_rl infer" in x["mode"])
+    bare = next(x for x in r["mlp"] if "bare session.run" in x["mode"])
+    lines += [
+        "",
+        f"Our ONNX Runtime backend's `infer` against a bare `session.run` in the same run: "
+        f"**{ours['p50_us'] / bare['p50_us']:.2f}×** at p50, {ours['p99_us'] / bare['p99_us']:.2f}× at p99.",
+        "",
+        "## Seed CNN policy (3 conv + 2 FC, 3×256×256)",
+        "",
+        "| backend | batch | mean (ms) | p50 (ms) | p99 (ms) | FPS |",
+        "|---|---|---|---|---|---|",
+    ]
+    for row in r["cnn"]:
+        lines.append(
+            f"| {row['backend']} | {row['batch']} | {row['mean_us'] / 1e3:.2f} | {row['p50_us'] / 1e3:.2f} | {row['p99_us'] / 1e3:.2f} | {row['fps']:,.0f} |"
+        )
+    lines += [
+        "",
+        f"torch-free `orin-rl run` (torch and numba blocked): peak RSS **{r['torch_free'].get('peak_rss_mb', float('nan')):.0f} MiB**.",
+    ]
+    if r.get("loop"):
+        lp = r["loop"]
+        if "error" in lp:
+            lines.append(f"Control loop: failed: {lp['error']}")
+        else:
+            lat = lp["latency_us"]
+            lines.append(
+                f"Control loop `orin-rl run --rate {lp['rate_hz']:g}` on CartPole ({lp['backend']}): {lp['iterations']:,} iterations, "
+                f"**{lp['deadline_misses']} deadline misses**, {lp['overruns']} overruns; latency p50 {lat['p50']:.1f} µs, "
+                f"p99 {lat['p99']:.1f}, p99.9 {lat['p999']:.1f}, max {lat['max']:.1f}; period jitter std {lp['jitter_us']['std']:.1f} µs; "
+                f"{lp['episodes']} episodes, mean return {lp['mean_return']}."
+            )
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    import onnxruntime
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--name", default="infer_cpu")
+    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks")
+    parser.add_argument("--iters", type=int, default=5000)
+    parser.add_argument("--threads", type=int, default=2, help="CPU threads for the CNN")
+    parser.add_argument("--loop-rate", type=float, default=1000.0)
+    parser.add_argument("--loop-steps", type=int, default=0)
+    args = parser.parse_args()
+    cuda = torch.cuda.is_available()
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
+        result = {
+            "benchmark": "inference",
+            "date": time.strftime("%Y-%m-%d"),
+            "machine": torch.cuda.get_device_name(0) if cuda else f"{platform.machine()} CPU",
+            "torch": torch.__version__,
+            "onnxruntime": onnxruntime.__version__,
+            "command": "python tools/bench_infer.py " + " ".join(sys.argv[1:]),
+            "mlp": bench_mlp(args.iters, tmp, cuda),
+            "cnn": bench_cnn(max(20, args.iters // 50), tmp, cuda, args.threads),
+        }
+        bundle_dir = cartpole_bundle(tmp)
+        result["torch_free"] = torch_free_rss(bundle_dir)
+        if args.loop_steps:
+            result["loop"] = loop_run(bundle_dir, args.loop_rate, args.loop_steps, tmp)
+            if (tmp / "loop.png").exists():
+                args.out.mkdir(parents=True, exist_ok=True)
+                (args.out / f"{args.name}_loop.png").write_bytes((tmp / "loop.png").read_bytes())
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / f"{args.name}.json").write_text(json.dumps(result, indent=2) + "\n")
+    (args.out / f"{args.name}.md").write_text(markdown(result))
+    print(markdown(result))
+
+
+if __name__ == "__main__":
+    main()
