@@ -44,7 +44,9 @@ def _tiny_onnx() -> bytes:
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
     )
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8  # what opset 17 needs; any ONNX Runtime since 1.10 reads it
+    return model.SerializeToString()
 
 
 def working_ort_providers() -> tuple[list[str], list[str]]:

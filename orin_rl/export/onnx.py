@@ -165,12 +165,24 @@ def _to_onnx(module: nn.Module, obs_shape: list[int], batch: int | str, opset: i
         )
     model = onnx.load_from_string(buffer.getvalue())
     model = _simplify(model)
+    model.ir_version = ir_version_for(opset, model.ir_version)
     try:
         onnx.checker.check_model(model, full_check=True)
         model = onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True)
     except Exception as exc:  # onnx raises checker/inference errors of several types
         raise ExportError(f"exported ONNX failed the checker: {exc}") from None
     return model
+
+
+def ir_version_for(opset: int, current: int) -> int:
+    """The oldest IR version that carries ``opset`` (IR 8 for opsets up to 18, 9 for 19-20):
+    newer onnx packages stamp their own latest IR, which older ONNX Runtime and TensorRT
+    parsers on a Jetson refuse although nothing in the graph needs it."""
+    if opset <= 18:
+        return min(current, 8)
+    if opset <= 20:
+        return min(current, 9)
+    return current
 
 
 def _simplify(model):

@@ -138,3 +138,11 @@ def test_policy_json_round_trip(cartpole_run, tmp_path):
     data = json.loads((tmp_path / "b" / "policy.json").read_text())
     info = bundle.BundleInfo.from_dict(data)
     assert json.loads(info.to_json()) == data
+
+
+def test_ir_version_is_the_oldest_that_carries_the_opset(cartpole_run, tmp_path):
+    from orin_rl.export.onnx import ir_version_for
+
+    export_bundle(cartpole_run, tmp_path / "b", parity_observations=64)
+    assert onnx.load(tmp_path / "b" / "policy.onnx").ir_version == 8
+    assert (ir_version_for(17, 11), ir_version_for(20, 11), ir_version_for(21, 11)) == (8, 9, 11)
