@@ -91,6 +91,11 @@ def bench_mlp(iters: int, tmp: Path, cuda: bool) -> list[dict]:
     module = DeterministicPolicy(ActorCritic(spec)).eval()
     obs = np.random.default_rng(0).standard_normal((1, 17)).astype(np.float32)
     rows = []
+    weights = [
+        (lin.weight.detach().cpu().numpy().T.copy(), lin.bias.detach().cpu().numpy().copy())
+        for lin in module.actor
+        if isinstance(lin, torch.nn.Linear)
+    ]
     ort_backend = onnx_backend(module, [17], tmp, "mlp")
     with ort_backend:
         session = ort_backend.session
@@ -121,11 +126,6 @@ def bench_mlp(iters: int, tmp: Path, cuda: bool) -> list[dict]:
                 **time_fn(torch.cuda.synchronize, iters),
             }
         )
-    weights = [
-        (lin.weight.detach().numpy().T.copy(), lin.bias.detach().numpy().copy())
-        for lin in module.actor
-        if isinstance(lin, torch.nn.Linear)
-    ]
 
     def numpy_mlp():
         x = obs
