@@ -121,6 +121,9 @@ class TrainConfig:
     """Evaluation return that counts as solved (None: gymnasium's reward_threshold)."""
     tensorboard: bool = True
     """Write TensorBoard event files into the run folder."""
+    power_monitor: Literal["auto", "off"] = "auto"
+    """Sample power and temperatures (jtop or tegrastats) where available; report energy and
+    steps/s per watt in summary.json."""
 
 
 @dataclass
@@ -181,7 +184,11 @@ def _coerce(key: str, value: Any, tp: Any) -> Any:
     """Check ``value`` against the annotation ``tp``; return it (ints widen to float)."""
     origin = typing.get_origin(tp)
     if origin is Literal:
-        if value not in typing.get_args(tp):
+        choices = typing.get_args(tp)
+        if isinstance(value, bool):  # YAML 1.1 reads off/on/no/yes as booleans
+            spelled = ("on", "true", "yes") if value else ("off", "false", "no")
+            value = next((c for c in spelled if c in choices), value)
+        if value not in choices:
             choices = ", ".join(map(str, typing.get_args(tp)))
             raise ConfigError(f"{key}: {value!r} is not one of {choices}")
         return value

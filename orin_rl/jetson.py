@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.util
 import itertools
 import logging
+import os
 import re
 import shutil
 import subprocess
@@ -309,7 +310,9 @@ class Monitor:
     ):
         self.interval_ms = interval_ms
         self.source = source
-        self.command = command or ["tegrastats", "--interval", str(interval_ms)]
+        # ORIN_RL_TEGRASTATS replaces the tegrastats executable (tests, recorded replays).
+        exe = os.environ.get("ORIN_RL_TEGRASTATS", "tegrastats")
+        self.command = command or [exe, "--interval", str(interval_ms)]
         self.samples: list[tuple[float, dict[str, Any]]] = []
         self.error: str | None = None
         self._stop = threading.Event()
@@ -319,9 +322,8 @@ class Monitor:
     @staticmethod
     def available() -> bool:
         """True where jtop or tegrastats can be used."""
-        return (
-            importlib.util.find_spec("jtop") is not None or shutil.which("tegrastats") is not None
-        )
+        exe = os.environ.get("ORIN_RL_TEGRASTATS", "tegrastats")
+        return importlib.util.find_spec("jtop") is not None or shutil.which(exe) is not None
 
     def start(self) -> Monitor:
         """Start sampling in a daemon thread."""
@@ -427,6 +429,37 @@ class Monitor:
             "peak_temperatures_c": temps,
             "error": self.error,
         }
+
+
+def start_monitor(mode: str = "auto") -> Monitor | None:
+    """A started Monitor when ``mode`` is auto and a source exists here, else None."""
+    if mode == "off" or not Monitor.available():
+        return None
+    return Monitor().start()
+
+
+def platform_state() -> dict[str, Any]:
+    """Power mode and board, for reports (empty off a Jetson)."""
+    state: dict[str, Any] = {}
+    if shutil.which("nvpmodel"):
+        try:
+            state["power_mode"] = power_mode()[0]
+        except JetsonError as exc:
+            state["power_mode"] = f"unknown ({exc})"
+    info = detect(inspect_torch=False)
+    if info.is_jetson:
+        state.update(board=info.model, l4t=info.l4t, jetpack=info.jetpack)
+    return state
+
+
+def power_report(monitor: Monitor | None, work_per_s: float, unit: str) -> dict[str, Any] | None:
+    """Stop ``monitor`` and describe energy and ``unit`` per watt; None without a monitor."""
+    if monitor is None:
+        return None
+    summary = monitor.stop()
+    summary[f"{unit}_per_watt"] = per_watt(work_per_s, summary)
+    summary.update(platform_state())
+    return summary
 
 
 def per_watt(work_per_s: float, summary: dict[str, Any]) -> float | None:

@@ -95,3 +95,7 @@ def test_presets_are_valid(env_id):
         for k, v in PRESETS[env_id].items()
     ]
     C.apply_overrides(C.Config(), overrides)
+
+
+def test_yaml_off_is_the_word_off():
+    assert C.apply_overrides(C.Config(), ["train.power_monitor=off"]).train.power_monitor == "off"

@@ -239,3 +239,32 @@ def test_no_shell_anywhere():
     """Tools run with argument lists: no shell=True in the package."""
     out = subprocess.run(["grep", "-rn", "shell=True", "orin_rl"], capture_output=True, text=True)
     assert out.stdout == ""
+
+
+def test_training_reports_energy_with_a_monitor(tmp_path, monkeypatch):
+    """A real training run with the monitor fed by a tegrastats replay on PATH."""
+    from orin_rl import config as C
+    from orin_rl.runners import train
+
+    script = fake_tegrastats(tmp_path, [JP7_LINE] * 200, 0.05, exit_after=False)
+    monkeypatch.setenv("ORIN_RL_TEGRASTATS", script)
+    cfg = C.apply_overrides(
+        C.Config(),
+        [
+            "env.num_envs=4",
+            "ppo.num_steps=64",
+            "train.total_steps=2048",
+            "train.eval_episodes=1",
+            "train.tensorboard=false",
+        ],
+    )
+    summary = train(cfg, tmp_path / "run", progress=False)
+    power = summary["power"]
+    assert power["samples"] >= 2 and power["mean_power_w"] == pytest.approx(5.5)
+    assert power["energy_j"] > 0 and power["steps_per_s_per_watt"] == pytest.approx(
+        summary["steps_per_s"] / 5.5
+    )
+    off = train(
+        C.apply_overrides(cfg, ["train.power_monitor=off"]), tmp_path / "run2", progress=False
+    )
+    assert off["power"] is None

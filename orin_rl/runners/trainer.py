@@ -23,7 +23,7 @@ import torch
 from tqdm.auto import tqdm
 
 from orin_rl import config as config_mod
-from orin_rl import envs
+from orin_rl import envs, jetson
 from orin_rl.algorithms import PPO
 from orin_rl.buffers import RolloutBuffer
 from orin_rl.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
@@ -158,6 +158,7 @@ class Trainer:
         cfg = self.cfg
         episode_returns: deque[float] = deque(maxlen=100)
         logger = MetricsLogger(self.run_dir, cfg.train.tensorboard)
+        self.monitor = jetson.start_monitor(cfg.train.power_monitor)
         start = time.perf_counter()
         start_step = self.global_step
         obs = self.env.reset(seed=cfg.train.seed + 1000 * self.algo.iteration)
@@ -221,6 +222,10 @@ class Trainer:
                     ):
                         stop_reason = "solved"
                         break
+        except BaseException:
+            if self.monitor is not None:  # never leave a tegrastats process behind
+                self.monitor.stop()
+            raise
         finally:
             bar.close()
             logger.close()
@@ -295,6 +300,11 @@ class Trainer:
             "buffer_placement": self.buffer.placement,
             "seed": cfg.train.seed,
             "torch_version": torch.__version__,
+            "power": jetson.power_report(
+                self.monitor,
+                (self.global_step - start_step) / max(session_time, 1e-9),
+                "steps_per_s",
+            ),
         }
         (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
         try:

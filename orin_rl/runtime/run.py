@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -69,12 +70,18 @@ def run_policy(
     safe = _safe_action(runner)
     runner.safe_action = safe
     cfg = LoopConfig(rate_hz=rate_hz, iterations=steps, **(loop_options or {}))
+    from orin_rl import jetson
+
+    monitor = jetson.start_monitor("auto")
     with runner:
+        start = time.perf_counter()
         result = ControlLoop(
             driver.sensor, runner.infer, driver.actuate, cfg, safe_action=safe[None]
         ).run()
+    elapsed = time.perf_counter() - start
     out = {
         **runner.describe(),
+        "power": jetson.power_report(monitor, result.iterations / elapsed, "inferences_per_s"),
         "env_id": env_id,
         "rate_hz": rate_hz,
         **result.to_dict(),
