@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(VENV)/bin/orin-rl train --env CartPole-v1 --device cpu --out $(DEMO_DIR) --overwrite
+	$(VENV)/bin/orin-rl demo --device cpu --out $(DEMO_DIR) --overwrite
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -146,6 +146,15 @@ def _add_doctor(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--selftest", action="store_true", help="build and run tiny TensorRT engines")
 
 
+def _add_demo(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("demo", help="train -> export -> run on CartPole-v1, one summary table")
+    p.add_argument("--out", type=Path, default=Path("runs/demo-cartpole"))
+    p.add_argument("--device", default="cpu", choices=["auto", "cpu", "cuda"])
+    p.add_argument("--rate", type=float, default=500.0, help="control-loop rate for the run step")
+    p.add_argument("--steps", type=int, default=2000, help="control-loop iterations")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing demo folder")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``orin-rl`` argument parser."""
     parser = argparse.ArgumentParser(prog="orin-rl", description=__doc__)
@@ -159,6 +168,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run(sub)
     _add_bench(sub)
     _add_doctor(sub)
+    _add_demo(sub)
     return parser
 
 
@@ -414,7 +424,59 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def cmd_demo(args: argparse.Namespace) -> int:
+    """``orin-rl demo``: the whole chain with the CartPole preset."""
+    from orin_rl.export.onnx import export_bundle
+    from orin_rl.runners import train
+    from orin_rl.runtime.run import run_policy
+
+    parsed = build_parser().parse_args(["train", "--env", "CartPole-v1", "--device", args.device])
+    summary = train(train_config(parsed), args.out, overwrite=args.overwrite)
+    exported = export_bundle(args.out)
+    report = run_policy(exported.bundle_dir, "auto", None, args.rate, args.steps)
+    lat = report["latency_us"]
+    returns = report["episode_returns"]
+    verdict = "solved" if summary["solved"] else "not solved"
+    rows = [
+        (
+            "train",
+            f"{summary['total_steps']:,} steps in {summary['wall_time_s']:.1f} s "
+            f"({summary['steps_per_s']:,.0f} steps/s) on {summary['device']}",
+        ),
+        (
+            "",
+            f"eval return {summary['eval_return_mean']:.1f} ± {summary['eval_return_std']:.1f} "
+            f"over {summary['eval_episodes']} episodes: {verdict}",
+        ),
+        (
+            "export",
+            f"{exported.bundle_dir}/policy.onnx, {exported.onnx_bytes / 1024:.1f} KiB, "
+            f"max error vs PyTorch {exported.info.parity_max_abs_error:.2g}",
+        ),
+        (
+            "run",
+            f"{report['backend']} at {args.rate:g} Hz, {report['iterations']} iterations: "
+            f"p50 {lat['p50']:.0f} µs, p99 {lat['p99']:.0f} µs, {report['deadline_misses']} misses",
+        ),
+        (
+            "",
+            f"episode return {np.mean(returns):.1f} over {len(returns)} episodes"
+            if returns
+            else "no episode ended",
+        ),
+    ]
+    print()
+    for stage, text in rows:
+        print(f"{stage:<7} {text}")
+    print(
+        f"\nnext: orin-rl run --model {exported.bundle_dir} --rate 1000 --steps 10000 "
+        "--histogram run.png"
+    )
+    return 0 if summary["solved"] else 1
+
+
 COMMANDS = {
+    "demo": cmd_demo,
     "doctor": cmd_doctor,
     "train": cmd_train,
     "export": cmd_export,

@@ -1,7 +1,7 @@
 """Overhead of the power monitor on a training run: steps/s with and without it, same run.
 
 The monitor samples a tegrastats source in a background thread; off a Jetson the source is
-``tools/fake_tegrastats.py`` replaying a recorded AGX Orin line (the parsing and the thread
+``tools/fake_tegrastats.sh`` replaying a recorded AGX Orin line (the parsing and the thread
 are the same work). Runs alternate off / on to spread machine noise over both.
 
     python tools/bench_monitor.py --repeats 3   # docs/benchmarks/monitor_cpu.json and .md
@@ -51,11 +51,14 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20480)
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks")
     args = parser.parse_args()
-    os.environ.setdefault("ORIN_RL_TEGRASTATS", str(ROOT / "tools" / "fake_tegrastats.py"))
+    os.environ.setdefault("ORIN_RL_TEGRASTATS", str(ROOT / "tools" / "fake_tegrastats.sh"))
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(args.repeats):
-            for monitor in (False, True):
+            # Balanced order (off-on, on-off, ...): the second run of a pair is systematically
+            # slower on this box, which a fixed order would charge to the monitor.
+            order = (False, True) if i % 2 == 0 else (True, False)
+            for monitor in order:
                 rows.append(one_run(monitor, args.steps, Path(tmp), i))
     off = statistics.median(r["steps_per_s"] for r in rows if not r["monitor"])
     on = statistics.median(r["steps_per_s"] for r in rows if r["monitor"])

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import importlib.util
 import logging
-import time
 from pathlib import Path
 
 import numpy as np
@@ -85,21 +84,10 @@ def _make(kind: str, found: dict[str, Path], device: str, safe_action, **options
 
 def measure(backend: Backend, calls: int = 300, batch: int = 1, seed: int = 0) -> dict[str, float]:
     """Median and p99 latency (µs) of ``infer`` on random observations (backend active)."""
-    shape = [
-        batch if isinstance(d, str) or i == 0 else d for i, d in enumerate(backend.input_spec.shape)
-    ]
-    obs = np.random.default_rng(seed).standard_normal(shape).astype(backend.input_spec.dtype)
-    for _ in range(min(20, calls)):
-        backend.infer(obs)
-    samples = np.empty(calls)
-    for i in range(calls):
-        t0 = time.perf_counter_ns()
-        backend.infer(obs)
-        samples[i] = time.perf_counter_ns() - t0
-    return {
-        "p50_us": float(np.percentile(samples, 50) / 1e3),
-        "p99_us": float(np.percentile(samples, 99) / 1e3),
-    }
+    from orin_rl.runtime.bench import time_backend
+
+    timing = time_backend(backend, batch, calls, seed)
+    return {"p50_us": timing["p50_us"], "p99_us": timing["p99_us"]}
 
 
 def load(
