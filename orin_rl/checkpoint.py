@@ -24,7 +24,10 @@ def save_checkpoint(state: dict[str, Any], path: str | Path) -> None:
     """Write ``state`` to ``path`` atomically: temp file in the same folder, fsync, rename."""
     path = Path(path)
     state = {"format": FORMAT, **state}
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as exc:
+        raise CheckpointError(f"{path}: cannot write a checkpoint here ({exc.strerror})") from None
     try:
         with os.fdopen(fd, "wb") as f:
             torch.save(state, f)
@@ -32,6 +35,13 @@ def save_checkpoint(state: dict[str, Any], path: str | Path) -> None:
             os.fsync(f.fileno())
         os.chmod(tmp, 0o600)
         os.replace(tmp, path)
+    except (OSError, RuntimeError) as exc:
+        # Disk full, file-size limit, I/O error (torch's zip writer reports a short write as a
+        # RuntimeError): the previous file is untouched, the temp file goes.
+        Path(tmp).unlink(missing_ok=True)
+        kept = "the previous checkpoint is kept" if path.exists() else "no checkpoint yet"
+        reason = getattr(exc, "strerror", None) or "write failed: is the disk full?"
+        raise CheckpointError(f"{path}: checkpoint not written ({reason}); {kept}") from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

@@ -495,7 +495,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         return COMMANDS[args.command](args)
-    except OrinError as exc:
+    except (OrinError, OSError) as exc:  # OSError: full disk, permissions, missing files
         if args.debug:
             raise
         print(f"orin-rl {args.command}: error: {exc}", file=sys.stderr)

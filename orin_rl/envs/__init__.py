@@ -19,6 +19,7 @@ def make(
     backend: str = "gym",
     vectorization: str = "sync",
     max_episode_steps: int | None = None,
+    worker_timeout_s: float = 60.0,
 ) -> VecEnv:
     """Create ``num_envs`` copies of ``env_id`` as one VecEnv on ``device``.
 
@@ -30,12 +31,13 @@ def make(
         backend: ``gym`` (gymnasium.vector).
         vectorization: ``sync`` or ``async`` (worker processes) for the gym backend.
         max_episode_steps: override of the time limit.
+        worker_timeout_s: async workers that do not answer a step within this are reported.
     """
     if num_envs <= 0:
         raise EnvError(f"num_envs must be positive, got {num_envs}")
     if backend != "gym":
         raise EnvError(f"unknown env backend {backend!r}; available: gym")
-    env = make_gym(env_id, num_envs, device, vectorization, max_episode_steps)
+    env = make_gym(env_id, num_envs, device, vectorization, max_episode_steps, worker_timeout_s)
     env.seed = seed
     return env
 

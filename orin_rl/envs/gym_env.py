@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import multiprocessing
 
 import gymnasium as gym
 import numpy as np
@@ -16,6 +17,22 @@ from orin_rl.errors import OrinError
 log = logging.getLogger(__name__)
 
 MUJOCO_HINT = "install the MuJoCo extra: pip install 'orin-rl[mujoco]'"
+
+
+class _TimedStep(gym.vector.VectorWrapper):
+    """Steps an AsyncVectorEnv with a timeout: a worker that dies leaves its pipe open in its
+    forked siblings, so a plain step() would wait for it forever."""
+
+    def __init__(self, env: gym.vector.AsyncVectorEnv, timeout_s: float):
+        super().__init__(env)
+        self.timeout_s = timeout_s
+
+    def step(self, actions):
+        self.env.step_async(actions)
+        try:
+            return self.env.step_wait(timeout=self.timeout_s)
+        except multiprocessing.TimeoutError:
+            raise multiprocessing.TimeoutError(f"{self.timeout_s:g} s") from None
 
 
 class EnvError(OrinError, ValueError):
@@ -33,13 +50,21 @@ class GymVecEnv:
     truncated episode bootstraps from the state it really reached.
     """
 
-    def __init__(self, vec_env: gym.vector.VectorEnv, device: torch.device | str = "cpu"):
+    def __init__(
+        self,
+        vec_env: gym.vector.VectorEnv,
+        device: torch.device | str = "cpu",
+        worker_timeout_s: float = 60.0,
+    ):
         mode = vec_env.metadata.get("autoreset_mode")
         if mode != AutoresetMode.SAME_STEP:
             raise EnvError(
                 f"vector env uses autoreset mode {mode}; create it with "
                 "vector_kwargs={'autoreset_mode': AutoresetMode.SAME_STEP} (orin_rl.envs.make does)"
             )
+        self._vec = vec_env
+        if isinstance(vec_env, gym.vector.AsyncVectorEnv):
+            vec_env = _TimedStep(vec_env, worker_timeout_s)
         self._env = RecordEpisodeStatistics(vec_env)
         self.num_envs = vec_env.num_envs
         self.device = torch.device(device)
@@ -77,7 +102,13 @@ class GymVecEnv:
             act = act.astype(np.int64).reshape(self.num_envs)
         else:  # Gaussian samples are unbounded: clip to the Box like gymnasium's ClipAction
             act = np.clip(act, self.action_space.low, self.action_space.high)
-        obs, reward, terminated, truncated, info = self._env.step(act)
+        try:
+            obs, reward, terminated, truncated, info = self._env.step(act)
+        except Exception as exc:
+            error = self._worker_error(exc)
+            if error is None:
+                raise
+            raise error from exc
         final_obs = obs
         if "_final_obs" in info:
             mask = info["_final_obs"]
@@ -96,6 +127,22 @@ class GymVecEnv:
             info=info,
         )
 
+    def _worker_error(self, exc: Exception) -> EnvError | None:
+        """An EnvError naming the failed worker(s) of an async vector env (None otherwise)."""
+        vec = self._vec
+        if not isinstance(vec, gym.vector.AsyncVectorEnv):
+            return None
+        dead = [i for i, p in enumerate(vec.processes) if not p.is_alive()]
+        if dead:
+            return EnvError(
+                f"environment worker(s) {dead} died ({exc.__class__.__name__}); check memory "
+                "and the environment's native code, or use --vectorization sync to debug"
+            )
+        if isinstance(exc, multiprocessing.TimeoutError):
+            return EnvError(f"environment workers did not answer within {exc}")
+        raised = [i for i, pipe in enumerate(vec.parent_pipes) if pipe is None]
+        return EnvError(f"environment worker(s) {raised} raised {exc.__class__.__name__}: {exc}")
+
     def pop_episode_stats(self) -> tuple[list[float], list[int]]:
         """Returns and lengths of the episodes completed since the last call."""
         returns, lengths = self._returns, self._lengths
@@ -103,7 +150,14 @@ class GymVecEnv:
         return returns, lengths
 
     def close(self) -> None:
-        """Close the vector env and its workers."""
+        """Close the vector env and its workers (terminating them if one died or hangs)."""
+        vec = self._vec
+        if isinstance(vec, gym.vector.AsyncVectorEnv) and (
+            vec._state != gym.vector.async_vector_env.AsyncState.DEFAULT
+            or not all(p.is_alive() for p in vec.processes)
+        ):
+            vec.close(terminate=True)
+            return
         self._env.close()
 
 
@@ -113,6 +167,7 @@ def make_gym(
     device: torch.device | str = "cpu",
     vectorization: str = "sync",
     max_episode_steps: int | None = None,
+    worker_timeout_s: float = 60.0,
 ) -> GymVecEnv:
     """Create a gymnasium vector env in SAME_STEP auto-reset mode, wrapped as a VecEnv."""
     if vectorization not in ("sync", "async"):
@@ -134,4 +189,4 @@ def make_gym(
     if not isinstance(space, (gym.spaces.Discrete, gym.spaces.Box)):
         vec.close()
         raise EnvError(f"{env_id}: action space {space} is not Discrete or Box")
-    return GymVecEnv(vec, device)
+    return GymVecEnv(vec, device, worker_timeout_s)
