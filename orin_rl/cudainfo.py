@@ -22,7 +22,8 @@ def gpu_info(index: int = 0) -> GpuInfo | None:
     for probe in (_cuda_python, _pycuda, _torch):
         try:
             info = probe(index)
-        except Exception:  # a missing or broken binding: try the next one
+        # A missing or broken binding: try the next one.
+        except Exception:  # nosec B112
             continue
         if info is not None:
             return info

@@ -13,7 +13,9 @@ import logging
 import os
 import re
 import shutil
-import subprocess
+
+# subprocess runs fixed argument lists of JetPack tools, never through a shell.
+import subprocess  # nosec B404
 import threading
 import time
 from dataclasses import asdict, dataclass, field
@@ -184,7 +186,8 @@ def _run_tool(cmd: list[str]) -> str:
         raise JetsonError(
             f"{cmd[0]} not found: this is not a Jetson, or JetPack's tools are not on PATH"
         )
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=30, check=False)
+    # cmd is one of the fixed argument lists built above, run without a shell.
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=30, check=False)  # nosec B603
     if proc.returncode != 0:
         msg = (proc.stderr or proc.stdout).strip().splitlines()
         detail = msg[-1] if msg else f"exit code {proc.returncode}"
@@ -338,7 +341,8 @@ class Monitor:
 
     def _tegrastats_loop(self) -> None:
         try:
-            self._proc = subprocess.Popen(
+            # The tegrastats argument list, no shell.
+            self._proc = subprocess.Popen(  # nosec B603
                 self.command,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.DEVNULL,
@@ -348,7 +352,10 @@ class Monitor:
         except OSError as exc:
             self.error = f"cannot start {self.command[0]}: {exc}"
             return
-        assert self._proc.stdout is not None
+        if (
+            self._proc.stdout is None
+        ):  # cannot happen with stdout=PIPE; keep the type checker honest
+            return
         for line in self._proc.stdout:
             if self._stop.is_set():
                 break
