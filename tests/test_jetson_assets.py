@@ -49,5 +49,7 @@ def test_systemd_unit_verifies(tmp_path):
 def test_bandit_finds_nothing_unjustified():
     """bandit over the package: every finding is fixed or justified inline with `# nosec ID`."""
     bandit = _tool("bandit")
-    proc = subprocess.run([bandit, "-q", "-r", str(ROOT / "orin_rl")], capture_output=True, text=True)
+    proc = subprocess.run(
+        [bandit, "-q", "-r", str(ROOT / "orin_rl")], capture_output=True, text=True
+    )
     assert proc.returncode == 0, proc.stdout

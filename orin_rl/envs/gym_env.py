@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -143,6 +144,30 @@ class GymVecEnv:
         raised = [i for i, pipe in enumerate(vec.parent_pipes) if pipe is None]
         return EnvError(f"environment worker(s) {raised} raised {exc.__class__.__name__}: {exc}")
 
+    # ------------------------------------------------------------- exact resume
+    def get_state(self) -> dict[str, Any] | None:
+        """The environments' dynamic state as tensors and plain values (checkpoint-safe), so a
+        resumed run continues exactly; None where it cannot be captured (async workers)."""
+        vec = self._vec
+        if not isinstance(vec, gym.vector.SyncVectorEnv):
+            return None
+        stats = self._env
+        return {
+            "envs": [_env_state(e) for e in vec.envs],
+            "episode_returns": torch.from_numpy(np.array(stats.episode_returns, dtype=np.float64)),
+            "episode_lengths": torch.from_numpy(np.array(stats.episode_lengths, dtype=np.int64)),
+        }
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        """Restore what ``get_state`` returned (same env id and number of envs)."""
+        vec = self._vec
+        if not isinstance(vec, gym.vector.SyncVectorEnv) or len(state["envs"]) != len(vec.envs):
+            raise EnvError("environment state does not match these environments")
+        for env, env_state in zip(vec.envs, state["envs"], strict=True):
+            _set_env_state(env, env_state)
+        self._env.episode_returns = state["episode_returns"].numpy().copy()
+        self._env.episode_lengths = state["episode_lengths"].numpy().copy()
+
     def pop_episode_stats(self) -> tuple[list[float], list[int]]:
         """Returns and lengths of the episodes completed since the last call."""
         returns, lengths = self._returns, self._lengths
@@ -159,6 +184,49 @@ class GymVecEnv:
             vec.close(terminate=True)
             return
         self._env.close()
+
+
+_SIMPLE = (bool, int, float, str, type(None))
+
+
+def _wrappers(env: gym.Env) -> list[gym.Env]:
+    chain = [env]
+    while hasattr(chain[-1], "env"):
+        chain.append(chain[-1].env)
+    return chain
+
+
+def _env_state(env: gym.Env) -> list[dict[str, Any]]:
+    """Per layer (wrappers, then the raw env): its numeric attributes and its RNG state."""
+    layers = []
+    for layer in _wrappers(env):
+        values: dict[str, Any] = {}
+        for key, value in vars(layer).items():
+            if isinstance(value, np.ndarray) and value.dtype.kind in "biuf":
+                values[key] = torch.from_numpy(value.copy())
+            elif isinstance(value, _SIMPLE):
+                values[key] = value
+            elif isinstance(value, np.random.Generator):
+                values[key] = {"__rng__": value.bit_generator.state}
+        layers.append(values)
+    return layers
+
+
+def _set_env_state(env: gym.Env, layers: list[dict[str, Any]]) -> None:
+    for layer, values in zip(_wrappers(env), layers, strict=True):
+        for key, value in values.items():
+            current = getattr(layer, key, None)
+            if isinstance(value, dict) and "__rng__" in value:
+                rng_state = value["__rng__"]
+                if not isinstance(current, np.random.Generator):  # env not reset yet
+                    bit_generator = getattr(np.random, rng_state["bit_generator"])
+                    current = np.random.Generator(bit_generator())
+                    setattr(layer, key, current)
+                current.bit_generator.state = rng_state
+            elif isinstance(value, torch.Tensor):
+                setattr(layer, key, value.numpy().copy())
+            else:
+                setattr(layer, key, value)
 
 
 def make_gym(

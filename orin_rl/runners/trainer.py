@@ -139,6 +139,9 @@ class Trainer:
         self.time_offset = 0.0  # wall time spent by earlier processes of a resumed run
         self.solved_at: dict[str, float] | None = None
         self.solved_streak = 0  # consecutive solved periodic evaluations
+        self.episode_window: deque[float] = deque(maxlen=100)  # returns behind the mean
+        self._obs: torch.Tensor | None = None  # the observation the next step acts on
+        self._restored_obs: torch.Tensor | None = None
         if state is not None:
             self._restore(state)
         log.info(
@@ -156,12 +159,15 @@ class Trainer:
     def learn(self) -> dict[str, Any]:
         """Train to ``total_steps``, a solved evaluation (if asked) or a signal; summarise."""
         cfg = self.cfg
-        episode_returns: deque[float] = deque(maxlen=100)
+        episode_returns = self.episode_window
         logger = MetricsLogger(self.run_dir, cfg.train.tensorboard)
         self.monitor = jetson.start_monitor(cfg.train.power_monitor)
         start = time.perf_counter()
         start_step = self.global_step
-        obs = self.env.reset(seed=cfg.train.seed + 1000 * self.algo.iteration)
+        obs = self._restored_obs
+        if obs is None:
+            obs = self.env.reset(seed=cfg.train.seed + 1000 * self.algo.iteration)
+        self._obs = obs
         bar = tqdm(
             total=cfg.num_iterations * cfg.batch_size,
             initial=self.global_step,
@@ -181,13 +187,10 @@ class Trainer:
                         step = self.env.step(actions)
                         self.algo.process_env_step(step)
                         obs = step.obs
-                        if stop.signum is not None:
-                            break
-                    if stop.signum is not None:
-                        stop_reason = signal.Signals(stop.signum).name
-                        self.buffer.clear()  # drop the partial rollout
-                        break
-                    # Returns and update.
+                    self._obs = obs
+                    # Returns and update. A signal lets the iteration finish (well under a
+                    # second), so the final checkpoint sits on an iteration boundary and the
+                    # resumed run continues exactly; a second signal stops at once.
                     self.algo.compute_returns(obs)
                     losses = self.algo.update()
                     self.global_step += cfg.batch_size
@@ -214,8 +217,11 @@ class Trainer:
                         self._periodic_eval(record, elapsed)
                     if it % cfg.train.log_every == 0 or evaluated:
                         logger.log(record)
-                    if it % cfg.train.checkpoint_every == 0:
+                    if it % cfg.train.checkpoint_every == 0 or stop.signum is not None:
                         self._save(elapsed)
+                    if stop.signum is not None:
+                        stop_reason = signal.Signals(stop.signum).name
+                        break
                     if (
                         cfg.train.stop_at_threshold
                         and self.solved_streak >= cfg.train.solved_patience
@@ -323,6 +329,11 @@ class Trainer:
             "time_s": elapsed,
             "solved_at": self.solved_at,
             "rng": {"torch": torch.get_rng_state(), **self._cuda_rng()},
+            # Exact resume: the environments, the next observation and the stats window.
+            "env_state": self.env.get_state() if hasattr(self.env, "get_state") else None,
+            "obs": self._obs.cpu() if self._obs is not None else None,
+            "episode_window": list(self.episode_window),
+            "solved_streak": self.solved_streak,
         }
         save_checkpoint(state, self.run_dir / "checkpoint.pt")
 
@@ -338,6 +349,18 @@ class Trainer:
         self.solved_at = state.get("solved_at")
         self._trim_metrics(self.algo.iteration)
         torch.set_rng_state(state["rng"]["torch"])
+        self.solved_streak = int(state.get("solved_streak", 0))
+        self.episode_window.extend(state.get("episode_window", []))
+        env_state = state.get("env_state")
+        if (
+            env_state is not None
+            and state.get("obs") is not None
+            and hasattr(self.env, "set_state")
+        ):
+            self.env.set_state(env_state)
+            self._restored_obs = state["obs"].to(self.device)
+        else:
+            log.info("environment state not in the checkpoint: resuming with fresh episodes")
         if "cuda" in state["rng"] and self.device.type == "cuda":
             torch.cuda.set_rng_state(state["rng"]["cuda"], self.device)
         log.info("resumed at step %d (iteration %d)", self.global_step, self.algo.iteration)

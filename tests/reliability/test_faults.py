@@ -231,3 +231,40 @@ def test_pickled_code_in_a_checkpoint_never_runs(tmp_path):
     with pytest.raises(CheckpointError):
         load_checkpoint(path)
     assert not marker.exists()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_resume_reproduces_the_uninterrupted_run_exactly(tmp_path, sig):
+    """Same seed, same config: an interrupted-and-resumed run logs the same losses and returns,
+    iteration for iteration, as a run that was never interrupted (CPU, one torch thread)."""
+    common = ["--total-steps", str(24 * 256), "--set", "ppo.normalize_obs=true"]
+    straight = tmp_path / "straight"
+    ok = subprocess.run([*TRAIN, *common, "--out", str(straight)], capture_output=True, text=True)
+    assert ok.returncode == 0, ok.stderr
+    run = tmp_path / "interrupted"
+    proc = subprocess.Popen([*TRAIN, *common, "--out", str(run)], stderr=subprocess.PIPE)
+    wait_for(lambda: len(read_metrics(run / "metrics.jsonl")) >= 5)
+    proc.send_signal(sig)
+    proc.wait(timeout=60)
+    stopped_at = load_checkpoint(run / "checkpoint.pt")["global_step"]
+    assert 0 < stopped_at < 24 * 256
+    resumed = subprocess.run(
+        [sys.executable, "-m", "orin_rl.cli", "-q", "train", "--no-progress", "--resume", str(run)],
+        capture_output=True,
+        text=True,
+    )
+    assert resumed.returncode == 0, resumed.stderr
+    keys = (
+        "global_step",
+        "losses/policy",
+        "losses/value",
+        "losses/entropy",
+        "losses/approx_kl",
+        "charts/episode_return_mean",
+    )
+    expected = [{k: r.get(k) for k in keys} for r in read_metrics(straight / "metrics.jsonl")]
+    got = [{k: r.get(k) for k in keys} for r in read_metrics(run / "metrics.jsonl")]
+    assert got == expected
+    a = load_checkpoint(straight / "checkpoint.pt")["algo"]["policy"]
+    b = load_checkpoint(run / "checkpoint.pt")["algo"]["policy"]
+    assert all(torch.equal(a[k], b[k]) for k in a)
