@@ -133,6 +133,10 @@ class GymVecEnv:
         vec = self._vec
         if not isinstance(vec, gym.vector.AsyncVectorEnv):
             return None
+        if isinstance(exc, (EOFError, ConnectionError)):
+            # The pipe closed because a worker died; give the OS a moment to reap it.
+            for process in vec.processes:
+                process.join(timeout=0.2)
         dead = [i for i, p in enumerate(vec.processes) if not p.is_alive()]
         if dead:
             return EnvError(
