@@ -73,6 +73,20 @@ class LoopResult:
             "overruns": self.overruns,
             "safe_actions": self.safe_actions,
             "rt_settings": self.rt_settings,
+            "latency_drift": self.drift(),
+        }
+
+    def drift(self) -> dict[str, float] | None:
+        """p50 latency of the last 10% of iterations against the first 10% (late-run drift)."""
+        if self.latency_ns is None or len(self.latency_ns) < 100:
+            return None
+        tenth = len(self.latency_ns) // 10
+        first = float(np.median(self.latency_ns[:tenth])) / 1e3
+        last = float(np.median(self.latency_ns[-tenth:])) / 1e3
+        return {
+            "first_p50_us": first,
+            "last_p50_us": last,
+            "ratio": last / first if first else None,
         }
 
 

@@ -122,3 +122,26 @@ def test_run_invalid_model_exit_2_one_line(tmp_path, model, capsys):
     code = cli.main(["run", "--model", str(target), "--steps", "10"])
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1 and "Traceback" not in err
+
+
+def test_latency_drift_compares_last_and_first_tenth():
+    clock = FakeClock()
+    costs = iter([100_000] * 100 + [300_000] * 100)
+
+    def infer(obs):
+        clock.spend(next(costs))
+
+    result = ControlLoop(
+        lambda: None,
+        infer,
+        lambda a: None,
+        LoopConfig(rate_hz=0, iterations=200),
+        None,
+        clock,
+        clock.sleep,
+    ).run()
+    drift = result.to_dict()["latency_drift"]
+    assert drift["first_p50_us"] == pytest.approx(100, abs=1) and drift[
+        "last_p50_us"
+    ] == pytest.approx(300, abs=1)
+    assert drift["ratio"] == pytest.approx(3, rel=0.02)
