@@ -19,8 +19,10 @@ class LatencyRecorder:
     capacity: int
 
     def __post_init__(self) -> None:
-        self.latency_ns = np.zeros(self.capacity, dtype=np.int64)
-        self.period_ns = np.zeros(self.capacity, dtype=np.int64)
+        # Written now, not lazily: np.zeros leaves pages uncommitted, and the first touch of each
+        # page inside the loop would be a page fault (latency) and visible RSS growth.
+        self.latency_ns = np.full(self.capacity, 0, dtype=np.int64)
+        self.period_ns = np.full(self.capacity, 0, dtype=np.int64)
         self.count = 0
 
     def record(self, latency_ns: int, period_ns: int) -> None:
