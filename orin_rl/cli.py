@@ -178,14 +178,7 @@ def train_config(args: argparse.Namespace) -> Config:
 
     file_data: dict[str, Any] = {}
     if args.config is not None:
-        try:
-            file_data = yaml.safe_load(args.config.read_text()) or {}
-        except OSError as exc:
-            raise ConfigError(f"{args.config}: cannot read config ({exc.strerror})") from None
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"{args.config}: not valid YAML ({exc.__class__.__name__})") from None
-        if not isinstance(file_data, dict):
-            raise ConfigError(f"{args.config}: expected a mapping of sections")
+        file_data = config_mod.read_yaml_mapping(args.config)
     env_id = args.env or (file_data.get("env") or {}).get("env_id") or Config().env.env_id
     preset = [f"{k}={json.dumps(v)}" for k, v in preset_overrides(env_id).items()]
     cfg = config_mod.apply_overrides(Config(), preset)

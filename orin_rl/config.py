@@ -345,19 +345,27 @@ def validate(cfg: Config) -> None:
         )
 
 
+def read_yaml_mapping(
+    path: str | Path, what: str = "config", error: type[Exception] = ConfigError
+) -> dict[str, Any]:
+    """A YAML file that must hold a mapping (``yaml.safe_load``; empty → {}), with ``error``
+    naming the file for unreadable, invalid or wrong-kind content."""
+    try:
+        data = yaml.safe_load(Path(path).read_text())
+    except OSError as exc:
+        raise error(f"{path}: cannot read {what} ({exc.strerror})") from None
+    except yaml.YAMLError as exc:
+        raise error(f"{path}: not valid YAML ({exc.__class__.__name__})") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise error(f"{path}: a {what} file is a mapping, got {type(data).__name__}")
+    return data
+
+
 def load(path: str | Path, base: Config | None = None) -> Config:
     """Read a YAML config file (``yaml.safe_load``) on top of ``base`` or the defaults."""
-    path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read config ({exc.strerror})") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML ({exc.__class__.__name__})") from None
-    if data is None:
-        data = {}
+    data = read_yaml_mapping(path)
     try:
         return from_dict(data, base)
     except ConfigError as exc:

@@ -9,8 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from orin_rl.config import read_yaml_mapping
 from orin_rl.errors import OrinError
 
 PRECISIONS = ("fp32", "fp16", "int8")
@@ -105,14 +104,7 @@ def load_recipe(path: str | Path | None = None, **overrides: Any) -> BuildRecipe
     source = "recipe"
     if path is not None:
         source = str(path)
-        try:
-            data = yaml.safe_load(Path(path).read_text()) or {}
-        except OSError as exc:
-            raise RecipeError(f"{path}: cannot read recipe ({exc.strerror})") from None
-        except yaml.YAMLError as exc:
-            raise RecipeError(f"{path}: not valid YAML ({exc.__class__.__name__})") from None
-        if not isinstance(data, dict):
-            raise RecipeError(f"{path}: a recipe is a mapping of options")
+        data = read_yaml_mapping(path, "recipe", RecipeError)
     data.update({k: v for k, v in overrides.items() if v is not None})
     _check_types(data, source)
     try:

@@ -187,30 +187,30 @@ def test_async_env_worker_failure_names_the_worker(env_id, message):
             env.close()
 
 
-BAD_FILES = {
-    "empty": b"",
-    "truncated": None,  # filled from a real checkpoint below
-    "random": os.urandom(4096),
-    "wrong kind (numpy .npy)": None,
-    "wrong kind (plain torch tensor)": None,
+def _write_truncated(path: Path) -> None:
+    save_checkpoint({"x": torch.ones(3)}, path)
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+def _write_npy(path: Path) -> None:
+    with open(path, "wb") as f:
+        np.save(f, np.arange(3))
+
+
+BAD_CHECKPOINTS = {
+    "empty": lambda path: path.write_bytes(b""),
+    "truncated": _write_truncated,
+    "random bytes": lambda path: path.write_bytes(os.urandom(4096)),
+    "numpy .npy": _write_npy,
+    "plain torch tensor": lambda path: torch.save(torch.ones(2), path),
 }
 
 
-@pytest.mark.parametrize("kind", sorted(BAD_FILES))
+@pytest.mark.parametrize("kind", sorted(BAD_CHECKPOINTS))
 def test_bad_checkpoint_files_are_refused(tmp_path, kind, capsys):
-    good = tmp_path / "good.pt"
-    save_checkpoint({"x": torch.ones(3)}, good)
     bad = tmp_path / "run" / "checkpoint.pt"
     bad.parent.mkdir()
-    if kind == "truncated":
-        bad.write_bytes(good.read_bytes()[: good.stat().st_size // 2])
-    elif kind.startswith("wrong kind (numpy"):
-        np.save(bad.with_suffix(".npy"), np.arange(3))
-        bad.with_suffix(".npy").rename(bad)
-    elif kind.startswith("wrong kind (plain"):
-        torch.save(torch.ones(2), bad)
-    else:
-        bad.write_bytes(BAD_FILES[kind])
+    BAD_CHECKPOINTS[kind](bad)
     with pytest.raises(CheckpointError):
         load_checkpoint(bad)
     assert cli.main(["-q", "train", "--resume", str(bad.parent)]) == 2
