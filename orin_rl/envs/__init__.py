@@ -28,15 +28,20 @@ def make(
         num_envs: batch size of the vector env.
         device: where observations and rewards are returned.
         seed: if given, the first ``reset()`` seeds the envs with ``seed, seed + 1, ...``.
-        backend: ``gym`` (gymnasium.vector).
+        backend: ``gym`` (gymnasium.vector) or ``gpu`` (torch tensor envs stepping on
+            ``device``, see ``orin_rl.envs.gpu``).
         vectorization: ``sync`` or ``async`` (worker processes) for the gym backend.
         max_episode_steps: override of the time limit.
         worker_timeout_s: async workers that do not answer a step within this are reported.
     """
     if num_envs <= 0:
         raise EnvError(f"num_envs must be positive, got {num_envs}")
+    if backend == "gpu":
+        from orin_rl.envs.gpu import make_gpu
+
+        return make_gpu(env_id, num_envs, device, max_episode_steps, seed)
     if backend != "gym":
-        raise EnvError(f"unknown env backend {backend!r}; available: gym")
+        raise EnvError(f"unknown env backend {backend!r}; available: gym, gpu")
     env = make_gym(env_id, num_envs, device, vectorization, max_episode_steps, worker_timeout_s)
     env.seed = seed
     return env

@@ -1,0 +1,156 @@
+"""``TorchVecEnv``: batched environments written as torch tensor ops (CUDA or CPU).
+
+Everything a step does is tensor arithmetic with no host read and no data-dependent Python
+branch, so a step can be captured in a CUDA graph: dynamics, time limit, auto-reset (a reset
+state is drawn for every env and selected where an episode ended) and episode statistics,
+which stay on the device until ``pop_episode_stats`` reads them once per log.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import gymnasium as gym
+import torch
+
+from orin_rl.envs.base import StepResult
+
+
+class TorchVecEnv:
+    """Base class: a subclass defines the spaces, ``_dynamics``, ``_observe`` and ``_reset_low``
+    / ``_reset_high`` (uniform reset bounds per state variable).
+
+    ``state`` is a (num_envs, state_dim) tensor laid out like gymnasium's
+    ``env.unwrapped.state``; it may be written (``env.state[i] = ...``) to set up a situation.
+    Observations and rewards have the env's ``dtype`` (float32 unless float64 is asked for, as
+    the equivalence tests do).
+    """
+
+    env_id: ClassVar[str]
+    max_episode_steps_default: ClassVar[int]
+    state_dim: ClassVar[int]
+    observation_space: gym.spaces.Box
+    action_space: gym.Space
+    graph_safe: ClassVar[bool] = True
+    """A step does no host synchronisation and can be captured in a CUDA graph."""
+
+    def __init__(
+        self,
+        num_envs: int,
+        device: torch.device | str = "cpu",
+        dtype: torch.dtype = torch.float32,
+        max_episode_steps: int | None = None,
+        seed: int | None = None,
+    ):
+        self.num_envs = num_envs
+        self.device = torch.device(device)
+        self.dtype = dtype
+        self.max_episode_steps = max_episode_steps or self.max_episode_steps_default
+        self.seed = seed
+        self.spec = gym.spec(self.env_id)
+        self.generator = torch.Generator(device=self.device)
+        self.generator.manual_seed(0 if seed is None else seed)
+        kw = {"device": self.device}
+        self.state = torch.zeros(num_envs, self.state_dim, dtype=dtype, **kw)
+        self.elapsed = torch.zeros(num_envs, dtype=torch.int64, **kw)
+        # Episode statistics, on the device until pop_episode_stats.
+        self.episode_return = torch.zeros(num_envs, dtype=torch.float64, **kw)
+        self.episode_length = torch.zeros(num_envs, dtype=torch.int64, **kw)
+        self._last_return = torch.zeros(num_envs, dtype=torch.float64, **kw)
+        self._last_length = torch.zeros(num_envs, dtype=torch.int64, **kw)
+        self._finished = torch.zeros(num_envs, dtype=torch.bool, **kw)
+        self._reset_bounds = (
+            torch.tensor(self._reset_low, dtype=dtype, device=self.device),
+            torch.tensor(self._reset_high, dtype=dtype, device=self.device),
+        )
+
+    # ------------------------------------------------------------------ subclass hooks
+    _reset_low: ClassVar[tuple[float, ...]]
+    _reset_high: ClassVar[tuple[float, ...]]
+
+    def _dynamics(
+        self, state: torch.Tensor, actions: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(next state, reward, terminated) for every env; no host reads."""
+        raise NotImplementedError
+
+    def _observe(self, state: torch.Tensor) -> torch.Tensor:
+        """(num_envs, obs_dim) observations of ``state``."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ VecEnv contract
+    def _sample_reset(self) -> torch.Tensor:
+        low, high = self._reset_bounds
+        u = torch.rand(
+            self.num_envs,
+            self.state_dim,
+            generator=self.generator,
+            device=self.device,
+            dtype=self.dtype,
+        )
+        return low + (high - low) * u
+
+    def reset(self, seed: int | None = None) -> torch.Tensor:
+        """Reset every env (seeding the env's generator when ``seed`` or ``self.seed`` is set)."""
+        seed = seed if seed is not None else self.seed
+        if seed is not None:
+            self.generator.manual_seed(seed)
+            self.seed = None  # only the first reset uses the constructor's seed
+        self.state.copy_(self._sample_reset())
+        self.elapsed.zero_()
+        self.episode_return.zero_()
+        self.episode_length.zero_()
+        return self._observe(self.state)
+
+    def step(self, actions: torch.Tensor) -> StepResult:
+        """Step every env; ended episodes are reset in the same step (``final_obs`` keeps the
+        true last observation)."""
+        next_state, reward, terminated = self._dynamics(self.state, actions.to(self.device))
+        self.elapsed += 1
+        # gymnasium's TimeLimit: truncated whenever the limit is reached, terminal or not.
+        truncated = self.elapsed >= self.max_episode_steps
+        done = terminated | truncated
+        final_obs = self._observe(next_state)
+        self.episode_return += reward
+        self.episode_length += 1
+        self._last_return.copy_(torch.where(done, self.episode_return, self._last_return))
+        self._last_length.copy_(torch.where(done, self.episode_length, self._last_length))
+        self._finished |= done
+        self.episode_return.masked_fill_(done, 0.0)
+        self.episode_length.masked_fill_(done, 0)
+        self.elapsed.masked_fill_(done, 0)
+        self.state.copy_(torch.where(done.unsqueeze(-1), self._sample_reset(), next_state))
+        obs = self._observe(self.state)
+        return StepResult(obs, reward, terminated, truncated, final_obs)
+
+    def pop_episode_stats(self) -> tuple[list[float], list[int]]:
+        """The latest finished episode's return and length of each env that finished one since
+        the last call (one host read; an env that finished several reports its last)."""
+        finished = self._finished.clone()
+        self._finished.zero_()
+        returns = self._last_return[finished].tolist()
+        lengths = self._last_length[finished].tolist()
+        return returns, lengths
+
+    def get_state(self) -> dict[str, Any]:
+        """Everything a step depends on (for an exact resume), as CPU tensors."""
+        names = ("state", "elapsed", "episode_return", "episode_length")
+        saved: dict[str, Any] = {n: getattr(self, n).to("cpu", copy=True) for n in names}
+        saved["generator"] = self.generator.get_state()
+        return saved
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        """Restore what ``get_state`` returned."""
+        from orin_rl.envs.gym_env import EnvError
+
+        if tuple(state["state"].shape) != tuple(self.state.shape):
+            raise EnvError(
+                f"environment state {tuple(state['state'].shape)} does not match these "
+                f"{self.num_envs} {self.env_id} envs"
+            )
+        for name in ("state", "elapsed", "episode_return", "episode_length"):
+            getattr(self, name).copy_(state[name])
+        self.generator.set_state(state["generator"])
+
+    def close(self) -> None:
+        """Nothing to release (no workers)."""
