@@ -29,6 +29,11 @@ TRAIN_FLAGS = {
     "device": "train.device",
     "seed": "train.seed",
     "buffer_placement": "buffer.placement",
+    "env_backend": "env.backend",
+    "precision": "train.precision",
+    "cuda_graphs": "train.cuda_graphs",
+    "compile": "train.compile",
+    "nvtx": "train.nvtx",
 }
 
 
@@ -45,6 +50,26 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--env", help="gymnasium id, e.g. CartPole-v1 (default: CartPole-v1)")
     p.add_argument("--num-envs", type=int, help="parallel environments")
     p.add_argument("--vectorization", choices=["sync", "async"], help="gymnasium vectorisation")
+    p.add_argument(
+        "--env-backend",
+        choices=["gym", "gpu"],
+        help="gym: gymnasium.vector on the CPU; gpu: GPU-native torch envs on the learner device",
+    )
+    p.add_argument(
+        "--precision", choices=["fp32", "fp16", "bf16"], help="mixed precision (autocast)"
+    )
+    p.add_argument(
+        "--cuda-graphs",
+        action="store_true",
+        default=None,
+        help="capture each iteration in one CUDA graph (needs --env-backend gpu on CUDA)",
+    )
+    p.add_argument(
+        "--compile", action="store_true", default=None, help="torch.compile networks and envs"
+    )
+    p.add_argument(
+        "--nvtx", action="store_true", default=None, help="NVTX ranges for Nsight Systems"
+    )
     p.add_argument("--total-steps", type=int, help="environment steps to train for")
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], help="learner device")
     p.add_argument("--seed", type=int, help="random seed")

@@ -34,8 +34,10 @@ class EnvConfig:
     """gymnasium environment id (e.g. CartPole-v1, Acrobot-v1, Pendulum-v1, Hopper-v5)."""
     num_envs: int = 8
     """Number of parallel environments stepped as one batch."""
-    backend: Literal["gym"] = "gym"
-    """Environment implementation: `gym` wraps gymnasium.vector."""
+    backend: Literal["gym", "gpu"] = "gym"
+    """Environment implementation: `gym` wraps gymnasium.vector; `gpu` steps GPU-native torch
+    environments on the learner's device (CartPole-v1, Acrobot-v1, Pendulum-v1, MountainCar-v0,
+    MountainCarContinuous-v0), so a rollout never leaves the GPU."""
     vectorization: Literal["sync", "async"] = "sync"
     """gymnasium vectorisation: `sync` steps in this process, `async` in worker processes."""
     max_episode_steps: int | None = None
@@ -121,6 +123,18 @@ class TrainConfig:
     """Evaluation return that counts as solved (None: gymnasium's reward_threshold)."""
     tensorboard: bool = True
     """Write TensorBoard event files into the run folder."""
+    precision: Literal["fp32", "fp16", "bf16"] = "fp32"
+    """Mixed precision of the forward passes and losses: autocast to fp16 or bf16 around the
+    networks; the value head and the losses stay fp32; fp16 adds a gradient scaler."""
+    cuda_graphs: bool = False
+    """Capture a whole iteration (rollout, GAE, update) in one CUDA graph and replay it. Needs
+    GPU-native environments on the learner's GPU and no target_kl; otherwise the run stays
+    eager and the log says why."""
+    compile: bool = False
+    """torch.compile the networks and the GPU-native environment step (fuses the many small
+    element-wise kernels; costs compile time at start, pays off on long runs with many envs)."""
+    nvtx: bool = False
+    """Mark rollout, GAE and update with NVTX ranges for Nsight Systems (tools/profile.sh)."""
     power_monitor: Literal["auto", "off"] = "auto"
     """Sample power and temperatures (jtop or tegrastats) where available; report energy and
     steps/s per watt in summary.json."""

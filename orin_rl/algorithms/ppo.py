@@ -61,26 +61,43 @@ class PPO:
         cfg: PPOConfig,
         num_iterations: int,
         device: torch.device,
+        precision: str = "fp32",
+        capturable: bool = False,
     ):
         self.policy = policy
         self.buffer = buffer
         self.cfg = cfg
         self.num_iterations = num_iterations
         self.device = device
+        self.capturable = capturable
+        """Keep every update step free of host reads (CUDA graph capture): the learning rate is
+        a device tensor, gradients are zeroed in place, and there is no KL early stop."""
         # The fused kernel (CPU and CUDA) does the whole Adam step in one op: on a small policy
         # the per-parameter loop of the default implementation costs more than the maths.
+        lr = torch.tensor(cfg.learning_rate, device=device) if capturable else cfg.learning_rate
         self.optimizer = torch.optim.Adam(
-            policy.parameters(), lr=cfg.learning_rate, eps=1e-5, fused=True
+            policy.parameters(), lr=lr, eps=1e-5, fused=True, capturable=capturable
         )
+        # Mixed precision, set up once (nanoGPT): autocast around the forward passes, a
+        # gradient scaler that is a no-op unless fp16.
+        dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(precision)
+        self.precision = precision
+        # A CUDA graph cannot capture autocast's weight-cast cache: turn it off when capturing.
+        self.autocast = torch.autocast(
+            device.type, dtype=dtype, enabled=dtype is not None, cache_enabled=not capturable
+        )
+        self.scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
         self.iteration = 0
         self.transition = Transition()
+        self._loss_sums = torch.zeros(len(LOSS_NAMES), device=device)
 
     # ----------------------------------------------------------------- rollout verbs
     @torch.inference_mode()
     def act(self, obs: torch.Tensor) -> torch.Tensor:
         """Sample actions for raw ``obs`` (num_envs, *obs_shape) and remember the step."""
         obs = self.policy.normalize(obs, update=True)
-        actions, logprobs, values = self.policy.act(obs)
+        with self.autocast:
+            actions, logprobs, values = self.policy.act(obs)
         self.transition.obs = obs
         self.transition.actions = actions
         self.transition.logprobs = logprobs
@@ -95,11 +112,17 @@ class PPO:
         t.terminated = step.terminated
         t.episode_end = step.terminated | step.truncated
         # Truncated episodes bootstrap from V(true final observation); terminated ones do not.
-        bootstrap = torch.zeros_like(step.reward)
         cut = step.truncated & ~step.terminated
-        if cut.any():
-            final = self.policy.normalize(step.final_obs[cut])
-            bootstrap[cut] = self.policy.value(final)
+        if step.reward.is_cuda:
+            # No host read on the GPU: value every final observation, keep the truncated ones.
+            with self.autocast:
+                final_values = self.policy.value(self.policy.normalize(step.final_obs))
+            bootstrap = torch.where(cut, final_values, 0.0)
+        else:
+            bootstrap = torch.zeros_like(step.reward, dtype=torch.float32)
+            if cut.any():
+                final = self.policy.normalize(step.final_obs[cut])
+                bootstrap[cut] = self.policy.value(final)
         t.bootstrap_values = bootstrap
         self.buffer.add(t)
         t.clear()
@@ -122,28 +145,47 @@ class PPO:
 
     def update(self) -> dict[str, float]:
         """Epochs of minibatch gradient steps on the rollout; returns mean losses."""
-        cfg = self.cfg
+        lr = self.set_learning_rate()
+        num_updates, epochs_done = self.update_steps()
+        return self.finish_update(num_updates, epochs_done, lr)
+
+    def set_learning_rate(self) -> float:
+        """Apply this iteration's learning rate (in place when it is a device tensor)."""
         lr = self.learning_rate()
         for group in self.optimizer.param_groups:
-            group["lr"] = lr
-        # Loss sums stay on the device; one host read at the end of the update.
-        sums = torch.zeros(len(LOSS_NAMES), device=self.device)
+            if isinstance(group["lr"], torch.Tensor):
+                group["lr"].fill_(lr)
+            else:
+                group["lr"] = lr
+        return lr
+
+    def update_steps(self) -> tuple[int, int]:
+        """The gradient steps of one update; loss sums accumulate on the device.
+
+        Returns (gradient steps taken, epochs completed). With ``capturable`` (or no
+        ``target_kl``) nothing here reads the device, so a CUDA graph can capture it.
+        """
+        cfg = self.cfg
+        sums = self._loss_sums
+        sums.zero_()
         num_updates = 0
         epochs_done = 0
         kl_index = LOSS_NAMES.index("approx_kl")
+        early_stop = cfg.target_kl is not None and not self.capturable
         for i, mb in enumerate(self.buffer.minibatches(cfg.num_epochs)):
             sums += torch.stack(self._minibatch_step(mb)).detach()
             num_updates += 1
             if (i + 1) % self.buffer.num_minibatches == 0:
                 epochs_done += 1
-                if (
-                    cfg.target_kl is not None
-                    and sums[kl_index].item() / num_updates > cfg.target_kl
-                ):
+                if early_stop and sums[kl_index].item() / num_updates > cfg.target_kl:
                     break
+        return num_updates, epochs_done
+
+    def finish_update(self, num_updates: int, epochs_done: int, lr: float) -> dict[str, float]:
+        """Close the iteration and read the mean losses (the one host read of an update)."""
         self.buffer.clear()
         self.iteration += 1
-        means = (sums / num_updates).tolist()
+        means = (self._loss_sums / num_updates).tolist()
         stats = {f"losses/{name}": value for name, value in zip(LOSS_NAMES, means, strict=True)}
         stats["losses/epochs"] = float(epochs_done)
         stats["charts/learning_rate"] = lr
@@ -151,7 +193,8 @@ class PPO:
 
     def _minibatch_step(self, mb) -> tuple[torch.Tensor, ...]:
         cfg = self.cfg
-        logprobs, entropy, values = self.policy.evaluate(mb.obs, mb.actions)
+        with self.autocast:  # the heads come back fp32 (ActorCritic), the losses stay fp32
+            logprobs, entropy, values = self.policy.evaluate(mb.obs, mb.actions)
         # mb.advantages were normalised over the whole rollout in compute_returns when asked.
         pg_loss = clipped_surrogate_loss(logprobs, mb.logprobs, mb.advantages, cfg.clip_coef)
         v_loss = value_loss(
@@ -159,10 +202,13 @@ class PPO:
         )
         ent = entropy.mean()
         loss = pg_loss - cfg.ent_coef * ent + cfg.vf_coef * v_loss
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        # A captured graph keeps its gradient tensors: zero them in place instead of freeing.
+        self.optimizer.zero_grad(set_to_none=not self.capturable)
+        self.scaler.scale(loss).backward()
+        self.scaler.unscale_(self.optimizer)  # clip the true gradients
         nn.utils.clip_grad_norm_(self.policy.parameters(), cfg.max_grad_norm)
-        self.optimizer.step()
+        self.scaler.step(self.optimizer)  # fused Adam skips the step on inf/NaN, no host read
+        self.scaler.update()
         with torch.no_grad():
             kl = approx_kl(logprobs, mb.logprobs)
             clip_frac = (
@@ -176,6 +222,7 @@ class PPO:
         return {
             "policy": self.policy.state_dict(),
             "optimizer": self.optimizer.state_dict(),
+            "scaler": self.scaler.state_dict(),
             "iteration": self.iteration,
         }
 
@@ -183,4 +230,9 @@ class PPO:
         """Restore what ``state_dict`` saved."""
         self.policy.load_state_dict(state["policy"])
         self.optimizer.load_state_dict(state["optimizer"])
+        if self.capturable:  # keep the learning rate a device tensor the graph reads
+            for group in self.optimizer.param_groups:
+                group["lr"] = torch.as_tensor(group["lr"], device=self.device).clone()
+        if state.get("scaler"):
+            self.scaler.load_state_dict(state["scaler"])
         self.iteration = int(state["iteration"])

@@ -228,7 +228,12 @@ class RolloutBuffer:
         """
         views = self._flat_views
         for _ in range(num_epochs):
-            torch.randperm(self.batch_size, out=self._perm, device=self.storage_device)
+            if self.storage_device.type == "cuda":
+                # Sort of uniform keys: a random permutation with no host sync (graph-safe).
+                keys = torch.rand(self.batch_size, device=self.storage_device)
+                self._perm.copy_(torch.argsort(keys))
+            else:
+                torch.randperm(self.batch_size, out=self._perm)
             for j in range(self.num_minibatches):
                 start = j * self.minibatch_size
                 index = self._perm_view[start : start + self.minibatch_size]

@@ -110,14 +110,19 @@ class ActorCritic(nn.Module):
 
     def distribution(self, obs: torch.Tensor) -> Categorical | DiagGaussian:
         """Action distribution for normalised ``obs`` (batch, *obs_shape)."""
-        out = self.actor(obs.flatten(1))
+        out = self.actor(obs.flatten(1)).float()  # fp32 heads under autocast
         if self.discrete:
             return Categorical(out)
         return DiagGaussian(out, self.log_std)
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
-        """(batch,) V(s) for normalised ``obs``."""
-        return self.critic(obs.flatten(1)).squeeze(-1)
+        """(batch,) V(s) for normalised ``obs``; under autocast the value head stays fp32."""
+        x = obs.flatten(1)
+        if not torch.is_autocast_enabled(x.device.type):
+            return self.critic(x).squeeze(-1)
+        hidden = self.critic[:-1](x)
+        with torch.autocast(x.device.type, enabled=False):
+            return self.critic[-1](hidden.float()).squeeze(-1)
 
     def act(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Sample actions: returns (actions, log-probabilities, values)."""

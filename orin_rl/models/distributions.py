@@ -21,6 +21,11 @@ class Categorical:
 
     def sample(self) -> torch.Tensor:
         """(batch,) int64 actions."""
+        if self.log_probs.is_cuda:
+            # Gumbel-max: argmax(log p - log(-log U)) ~ Categorical(p); one fused, sync-free
+            # draw that a CUDA graph can capture.
+            u = torch.rand_like(self.log_probs).clamp_(min=1e-20)
+            return (self.log_probs - torch.log(-torch.log(u))).argmax(-1)
         return torch.multinomial(self.log_probs.exp(), 1).squeeze(-1)
 
     def log_prob(self, actions: torch.Tensor) -> torch.Tensor:

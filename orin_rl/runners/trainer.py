@@ -31,6 +31,7 @@ from orin_rl.config import Config
 from orin_rl.errors import OrinError
 from orin_rl.models import ActorCritic, PolicySpec
 from orin_rl.runners.evaluate import evaluate
+from orin_rl.runners.graphs import GraphedIteration, graph_blocker, nvtx_range
 from orin_rl.runners.logger import MetricsLogger, plot_curve, read_metrics
 
 log = logging.getLogger(__name__)
@@ -129,7 +130,24 @@ class Trainer:
             cfg.ppo.num_minibatches,
             data_device=self.env.device,
         )
-        self.algo = PPO(self.policy, self.buffer, cfg.ppo, cfg.num_iterations, self.device)
+        self.use_graphs = False
+        if cfg.train.cuda_graphs:
+            blocker = graph_blocker(self.env, self.device, cfg.ppo.target_kl)
+            self.use_graphs = blocker is None
+            if blocker:
+                log.warning("CUDA graphs off: %s; running eagerly", blocker)
+        self.algo = PPO(
+            self.policy,
+            self.buffer,
+            cfg.ppo,
+            cfg.num_iterations,
+            self.device,
+            precision=cfg.train.precision,
+            capturable=self.use_graphs,
+        )
+        self._graph: GraphedIteration | None = None
+        if cfg.train.compile:
+            self._compile()
         self.threshold = (
             cfg.train.solved_threshold
             if cfg.train.solved_threshold is not None
@@ -181,18 +199,11 @@ class Trainer:
         try:
             with _StopRequest() as stop:
                 while self.algo.iteration < cfg.num_iterations:
-                    # Rollout: num_steps batched env steps into the buffer.
-                    for _ in range(cfg.ppo.num_steps):
-                        actions = self.algo.act(obs)
-                        step = self.env.step(actions)
-                        self.algo.process_env_step(step)
-                        obs = step.obs
+                    # Rollout, returns and update. A signal lets the iteration finish (well
+                    # under a second), so the final checkpoint sits on an iteration boundary and
+                    # the resumed run continues exactly; a second signal stops at once.
+                    obs, losses = self._iterate(obs)
                     self._obs = obs
-                    # Returns and update. A signal lets the iteration finish (well under a
-                    # second), so the final checkpoint sits on an iteration boundary and the
-                    # resumed run continues exactly; a second signal stops at once.
-                    self.algo.compute_returns(obs)
-                    losses = self.algo.update()
                     self.global_step += cfg.batch_size
                     bar.update(cfg.batch_size)
 
@@ -239,6 +250,54 @@ class Trainer:
         self._save(elapsed)
         summary = self._finish(elapsed, start_step, time.perf_counter() - start, stop_reason)
         return summary
+
+    def _iterate(self, obs: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+        """One PPO iteration from ``obs``: a graph replay once captured, else eager."""
+        cfg, algo, nvtx = self.cfg, self.algo, self.cfg.train.nvtx
+        if self._graph is not None:
+            lr = algo.set_learning_rate()
+            with nvtx_range("iteration (CUDA graph replay)", nvtx):
+                obs, num_updates, epochs = self._graph.replay()
+            return obs, algo.finish_update(num_updates, epochs, lr)
+        # The first iteration of a graphed run is its warm-up, on a side stream (torch docs).
+        side = torch.cuda.Stream(self.device) if self.use_graphs else None
+        if side is not None:
+            side.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(side) if side is not None else contextlib.nullcontext():
+            with nvtx_range("rollout", nvtx):
+                for _ in range(cfg.ppo.num_steps):  # num_steps batched env steps into the buffer
+                    actions = algo.act(obs)
+                    step = self.env.step(actions)
+                    algo.process_env_step(step)
+                    obs = step.obs
+            with nvtx_range("gae", nvtx):
+                algo.compute_returns(obs)
+            with nvtx_range("update", nvtx):
+                losses = algo.update()
+        if side is not None:
+            torch.cuda.current_stream(self.device).wait_stream(side)
+            self._capture(obs)
+        return obs, losses
+
+    def _capture(self, obs: torch.Tensor) -> None:
+        graph = GraphedIteration(self.algo, self.env, self.cfg.ppo.num_steps)
+        try:
+            graph.capture(obs)
+        except Exception as exc:  # stay correct: an eager run is slower, not wrong
+            log.warning("CUDA graph capture failed (%s); running eagerly", exc)
+            self.algo.buffer.clear()
+            self.use_graphs = False
+            return
+        self._graph = graph
+        log.info("captured one PPO iteration in a CUDA graph; replaying it from now on")
+
+    def _compile(self) -> None:
+        """torch.compile the networks (in place: state_dict keys unchanged) and the env step."""
+        self.policy.actor.compile()
+        self.policy.critic.compile()
+        if hasattr(self.env, "_dynamics"):
+            self.env._dynamics = torch.compile(self.env._dynamics)
+        log.info("torch.compile on: the first iterations include compile time")
 
     # ------------------------------------------------------------- bookkeeping
     def _periodic_eval(self, record: dict[str, Any], elapsed: float) -> None:
@@ -304,6 +363,10 @@ class Trainer:
             "interrupted": interrupted,
             "device": str(self.device),
             "buffer_placement": self.buffer.placement,
+            "env_backend": cfg.env.backend,
+            "precision": cfg.train.precision,
+            "cuda_graphs": self._graph is not None,
+            "compiled": cfg.train.compile,
             "seed": cfg.train.seed,
             "torch_version": torch.__version__,
             "power": jetson.power_report(
