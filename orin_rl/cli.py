@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from datetime import datetime
 from pathlib import Path
@@ -87,6 +88,13 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
         default=[],
         metavar="SECTION.FIELD=VALUE",
         help="override any config field, e.g. --set ppo.learning_rate=3e-4 (repeatable)",
+    )
+    p.add_argument(
+        "--nproc",
+        type=int,
+        metavar="N",
+        help="train with N processes on torch.distributed (one per GPU with NCCL, gloo on "
+        "the CPU), launched through torchrun",
     )
     p.add_argument("--overwrite", action="store_true", help="replace an existing run folder")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -236,9 +244,36 @@ def cmd_train(args: argparse.Namespace) -> int:
         print(yaml.safe_dump(config_mod.to_dict(cfg), sort_keys=False), end="")
         return 0
     out = args.out or Path("runs") / f"{cfg.env.env_id}-{datetime.now():%Y%m%d-%H%M%S}"
+    if args.nproc is not None and args.nproc > 1 and "WORLD_SIZE" not in os.environ:
+        return _launch_torchrun(args, out)
     summary = train(cfg, out, overwrite=args.overwrite, progress=not args.no_progress)
+    if not summary:  # a rank other than 0 of a distributed run: rank 0 reports
+        return 0
     print(f"run folder: {out}")
     return _report(summary)
+
+
+def _launch_torchrun(args: argparse.Namespace, out: Path) -> int:
+    """Re-run this command as ``torchrun --nproc-per-node N`` (every rank gets the same out)."""
+    import subprocess
+
+    from orin_rl.distributed import MULTICAST_OFF
+
+    if args.nproc < 1:
+        raise UsageError(f"--nproc must be positive, got {args.nproc}")
+    argv = list(args.raw_argv)
+    i = argv.index("--nproc") if "--nproc" in argv else None
+    if i is not None:
+        del argv[i : i + 2]
+    else:  # --nproc=N
+        argv = [a for a in argv if not a.startswith("--nproc=")]
+    if args.out is None:
+        argv += ["--out", str(out)]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+           f"--nproc-per-node={args.nproc}", "-m", "orin_rl.cli", *argv]  # fmt: skip
+    env = {**os.environ, **MULTICAST_OFF, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+    log.info("launching %d processes: %s", args.nproc, " ".join(cmd))
+    return subprocess.run(cmd, env=env).returncode
 
 
 def _report(summary: dict[str, Any]) -> int:
@@ -507,6 +542,7 @@ COMMANDS = {
 def main(argv: list[str] | None = None) -> int:
     """Entry point: run a subcommand; known errors print one line and exit with 2."""
     args = build_parser().parse_args(argv)
+    args.raw_argv = list(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(
         level=logging.WARNING if args.quiet else logging.INFO,
         format="%(levelname)s %(name)s: %(message)s",

@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from orin_rl import distributed
 from orin_rl.buffers import RolloutBuffer, Transition
 from orin_rl.config import PPOConfig
 from orin_rl.envs import StepResult
@@ -63,12 +64,14 @@ class PPO:
         device: torch.device,
         precision: str = "fp32",
         capturable: bool = False,
+        dist_ctx: distributed.Context | None = None,
     ):
         self.policy = policy
         self.buffer = buffer
         self.cfg = cfg
         self.num_iterations = num_iterations
         self.device = device
+        self.dist = dist_ctx or distributed.Context()
         self.capturable = capturable
         """Keep every update step free of host reads (CUDA graph capture): the learning rate is
         a device tensor, gradients are zeroed in place, and there is no KL early stop."""
@@ -90,12 +93,20 @@ class PPO:
         self.iteration = 0
         self.transition = Transition()
         self._loss_sums = torch.zeros(len(LOSS_NAMES), device=device)
+        self._params = list(policy.parameters())
 
     # ----------------------------------------------------------------- rollout verbs
     @torch.inference_mode()
     def act(self, obs: torch.Tensor) -> torch.Tensor:
         """Sample actions for raw ``obs`` (num_envs, *obs_shape) and remember the step."""
-        obs = self.policy.normalize(obs, update=True)
+        if self.dist.enabled and self.policy.obs_normalizer is not None:
+            # Every rank folds every rank's observations in: the statistics stay identical.
+            self.policy.obs_normalizer.update(
+                distributed.all_gather_rows(obs, self.dist.world_size)
+            )
+            obs = self.policy.normalize(obs)
+        else:
+            obs = self.policy.normalize(obs, update=True)
         with self.autocast:
             actions, logprobs, values = self.policy.act(obs)
         self.transition.obs = obs
@@ -131,9 +142,12 @@ class PPO:
     def compute_returns(self, last_obs: torch.Tensor) -> None:
         """GAE advantages and returns for the finished rollout, bootstrapped from ``last_obs``."""
         last_values = self.policy.value(self.policy.normalize(last_obs))
+        normalize = self.cfg.normalize_advantage
         self.buffer.compute_returns(
-            last_values, self.cfg.gamma, self.cfg.gae_lambda, self.cfg.normalize_advantage
+            last_values, self.cfg.gamma, self.cfg.gae_lambda, normalize and not self.dist.enabled
         )
+        if normalize and self.dist.enabled:  # mean and std over every rank's rollout
+            distributed.normalize_global_(self.buffer.advantages)
 
     # ------------------------------------------------------------------ update verb
     def learning_rate(self) -> float:
@@ -206,6 +220,8 @@ class PPO:
         self.optimizer.zero_grad(set_to_none=not self.capturable)
         self.scaler.scale(loss).backward()
         self.scaler.unscale_(self.optimizer)  # clip the true gradients
+        if self.dist.enabled:  # one all-reduce: every rank takes the same step
+            distributed.average_gradients(self._params, self.dist.world_size)
         nn.utils.clip_grad_norm_(self.policy.parameters(), cfg.max_grad_norm)
         self.scaler.step(self.optimizer)  # fused Adam skips the step on inf/NaN, no host read
         self.scaler.update()

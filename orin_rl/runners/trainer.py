@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import math
 import os
 import random
 import shutil
@@ -23,7 +24,7 @@ import torch
 from tqdm.auto import tqdm
 
 from orin_rl import config as config_mod
-from orin_rl import envs, jetson
+from orin_rl import distributed, envs, jetson
 from orin_rl.algorithms import PPO
 from orin_rl.buffers import RolloutBuffer
 from orin_rl.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
@@ -91,14 +92,30 @@ class Trainer:
         self, cfg: Config, run_dir: str | Path, resume: bool = False, progress: bool = True
     ):
         self.run_dir = Path(run_dir)
-        self.progress = progress
-        state = self._prepare_run_dir(cfg, resume)
+        state = self._load_resume_state() if resume else None
         if state is not None:
             cfg = config_mod.from_plain(state["config"])
         self.cfg = cfg
         if cfg.train.torch_threads:
             torch.set_num_threads(cfg.train.torch_threads)
         self.device = resolve_device(cfg.train.device)
+        # torchrun's environment makes this one rank of several (nothing changes otherwise).
+        self.dist = distributed.init_from_env(self.device.type)
+        if self.dist.enabled and self.device.type == "cuda":
+            self.device = torch.device("cuda", self.dist.local_rank)
+        self.is_main = self.dist.is_main
+        self.progress = progress and self.is_main
+        if state is None and self.is_main:
+            self._prepare_run_dir(cfg)
+        if state is not None and state.get("world_size", 1) != self.dist.world_size:
+            raise distributed.DistributedError(
+                f"{self.run_dir} was trained with {state.get('world_size', 1)} processes, this "
+                f"resume has {self.dist.world_size}; resume with --nproc "
+                f"{state.get('world_size', 1)}"
+            )
+        self.num_iterations = max(
+            1, math.ceil(cfg.train.total_steps / (cfg.batch_size * self.dist.world_size))
+        )
         seed_everything(cfg.train.seed)
 
         self.env = envs.make(
@@ -118,6 +135,9 @@ class Trainer:
             init_log_std=cfg.ppo.init_log_std,
         )
         self.policy = ActorCritic(self.policy_spec).to(self.device)
+        if self.dist.enabled:
+            distributed.broadcast_module(self.policy)  # one set of weights to start from
+            torch.manual_seed(cfg.train.seed + 7919 * self.dist.rank)  # own action samples
         discrete = self.policy_spec.action_kind == "discrete"
         self.buffer = RolloutBuffer(
             cfg.ppo.num_steps,
@@ -133,6 +153,8 @@ class Trainer:
         self.use_graphs = False
         if cfg.train.cuda_graphs:
             blocker = graph_blocker(self.env, self.device, cfg.ppo.target_kl)
+            if blocker is None and self.dist.enabled and self.dist.backend != "nccl":
+                blocker = f"{self.dist.backend} collectives cannot be captured"
             self.use_graphs = blocker is None
             if blocker:
                 log.warning("CUDA graphs off: %s; running eagerly", blocker)
@@ -140,11 +162,13 @@ class Trainer:
             self.policy,
             self.buffer,
             cfg.ppo,
-            cfg.num_iterations,
+            self.num_iterations,
             self.device,
             precision=cfg.train.precision,
             capturable=self.use_graphs,
+            dist_ctx=self.dist,
         )
+        self.sync_checks = 0  # bit-identity checks of the parameters across ranks passed
         self._graph: GraphedIteration | None = None
         if cfg.train.compile:
             self._compile()
@@ -178,16 +202,18 @@ class Trainer:
         """Train to ``total_steps``, a solved evaluation (if asked) or a signal; summarise."""
         cfg = self.cfg
         episode_returns = self.episode_window
-        logger = MetricsLogger(self.run_dir, cfg.train.tensorboard)
-        self.monitor = jetson.start_monitor(cfg.train.power_monitor)
+        logger = MetricsLogger(self.run_dir, cfg.train.tensorboard) if self.is_main else None
+        self.monitor = jetson.start_monitor(cfg.train.power_monitor) if self.is_main else None
+        check_sync = self.dist.enabled and os.environ.get("ORIN_RL_CHECK_SYNC") == "1"
+        rank_offset = 100_000 * self.dist.rank  # each rank its own episodes
         start = time.perf_counter()
         start_step = self.global_step
         obs = self._restored_obs
         if obs is None:
-            obs = self.env.reset(seed=cfg.train.seed + 1000 * self.algo.iteration)
+            obs = self.env.reset(seed=cfg.train.seed + 1000 * self.algo.iteration + rank_offset)
         self._obs = obs
         bar = tqdm(
-            total=cfg.num_iterations * cfg.batch_size,
+            total=self.num_iterations * cfg.batch_size * self.dist.world_size,
             initial=self.global_step,
             unit="step",
             unit_scale=True,
@@ -198,14 +224,17 @@ class Trainer:
         stop_reason = "total_steps"
         try:
             with _StopRequest() as stop:
-                while self.algo.iteration < cfg.num_iterations:
+                while self.algo.iteration < self.num_iterations:
                     # Rollout, returns and update. A signal lets the iteration finish (well
                     # under a second), so the final checkpoint sits on an iteration boundary and
                     # the resumed run continues exactly; a second signal stops at once.
                     obs, losses = self._iterate(obs)
                     self._obs = obs
-                    self.global_step += cfg.batch_size
-                    bar.update(cfg.batch_size)
+                    self.global_step += cfg.batch_size * self.dist.world_size
+                    bar.update(cfg.batch_size * self.dist.world_size)
+                    if check_sync:
+                        distributed.check_identical(self.policy, self.dist.world_size)
+                        self.sync_checks += 1
 
                     returns, _ = self.env.pop_episode_stats()
                     episode_returns.extend(returns)
@@ -224,19 +253,24 @@ class Trainer:
                         bar.set_postfix(ret=f"{record['charts/episode_return_mean']:.1f}")
                     record.update(self._memory_stats())
                     evaluated = cfg.train.eval_every and it % cfg.train.eval_every == 0
-                    if evaluated:
+                    if evaluated and self.is_main:
                         self._periodic_eval(record, elapsed)
-                    if it % cfg.train.log_every == 0 or evaluated:
+                    if logger is not None and (it % cfg.train.log_every == 0 or evaluated):
                         logger.log(record)
-                    if it % cfg.train.checkpoint_every == 0 or stop.signum is not None:
-                        self._save(elapsed)
-                    if stop.signum is not None:
-                        stop_reason = signal.Signals(stop.signum).name
-                        break
-                    if (
+                    signalled = stop.signum is not None
+                    solved = (
                         cfg.train.stop_at_threshold
                         and self.solved_streak >= cfg.train.solved_patience
-                    ):
+                    )
+                    if self.dist.enabled:  # every rank stops together (rank 0 evaluates)
+                        signalled = distributed.any_rank(signalled, self.device)
+                        solved = distributed.any_rank(solved, self.device)
+                    if it % cfg.train.checkpoint_every == 0 or signalled:
+                        self._save(elapsed)
+                    if signalled:
+                        stop_reason = signal.Signals(stop.signum or signal.SIGTERM).name
+                        break
+                    if solved:
                         stop_reason = "solved"
                         break
         except BaseException:
@@ -245,7 +279,8 @@ class Trainer:
             raise
         finally:
             bar.close()
-            logger.close()
+            if logger is not None:
+                logger.close()
         elapsed = self.time_offset + time.perf_counter() - start
         self._save(elapsed)
         summary = self._finish(elapsed, start_step, time.perf_counter() - start, stop_reason)
@@ -340,6 +375,17 @@ class Trainer:
     ) -> dict[str, Any]:
         cfg = self.cfg
         interrupted = stop_reason in ("SIGINT", "SIGTERM")
+        rank_steps_per_s = (
+            (self.global_step - start_step) / self.dist.world_size / max(session_time, 1e-9)
+        )
+        per_rank = (
+            distributed.gather_floats(rank_steps_per_s, self.dist.world_size, self.device)
+            if self.dist.enabled
+            else [rank_steps_per_s]
+        )
+        if not self.is_main:
+            self.env.close()
+            return {}
         # Seeds no periodic evaluation uses: the verdict is on episodes the run never saw.
         eval_returns = [] if interrupted else self._evaluate(seed_offset=2**30)
         summary: dict[str, Any] = {
@@ -367,6 +413,10 @@ class Trainer:
             "precision": cfg.train.precision,
             "cuda_graphs": self._graph is not None,
             "compiled": cfg.train.compile,
+            "world_size": self.dist.world_size,
+            "backend": self.dist.backend or None,
+            "per_rank_steps_per_s": per_rank,
+            "param_sync_checks": self.sync_checks,
             "seed": cfg.train.seed,
             "torch_version": torch.__version__,
             "power": jetson.power_report(
@@ -384,6 +434,8 @@ class Trainer:
         return summary
 
     def _save(self, elapsed: float) -> None:
+        if not self.is_main:
+            return
         state = {
             "config": config_mod.to_dict(self.cfg),
             "policy_spec": self.policy_spec.to_dict(),
@@ -397,6 +449,7 @@ class Trainer:
             "obs": self._obs.cpu() if self._obs is not None else None,
             "episode_window": list(self.episode_window),
             "solved_streak": self.solved_streak,
+            "world_size": self.dist.world_size,
         }
         save_checkpoint(state, self.run_dir / "checkpoint.pt")
 
@@ -410,7 +463,8 @@ class Trainer:
         self.global_step = int(state["global_step"])
         self.time_offset = float(state["time_s"])
         self.solved_at = state.get("solved_at")
-        self._trim_metrics(self.algo.iteration)
+        if self.is_main:
+            self._trim_metrics(self.algo.iteration)
         torch.set_rng_state(state["rng"]["torch"])
         self.solved_streak = int(state.get("solved_streak", 0))
         self.episode_window.extend(state.get("episode_window", []))
@@ -419,6 +473,7 @@ class Trainer:
             env_state is not None
             and state.get("obs") is not None
             and hasattr(self.env, "set_state")
+            and not self.dist.enabled  # rank 0's envs only: the other ranks start fresh
         ):
             self.env.set_state(env_state)
             self._restored_obs = state["obs"].to(self.device)
@@ -438,15 +493,16 @@ class Trainer:
             tmp.write_text("".join(json.dumps(r) + "\n" for r in kept))
             os.replace(tmp, path)
 
-    def _prepare_run_dir(self, cfg: Config, resume: bool) -> dict[str, Any] | None:
+    def _load_resume_state(self) -> dict[str, Any]:
         ckpt = self.run_dir / "checkpoint.pt"
-        if resume:
-            if not ckpt.exists():
-                raise RunFolderError(f"{self.run_dir}: nothing to resume (no checkpoint.pt)")
-            try:
-                return load_checkpoint(ckpt)
-            except CheckpointError as exc:
-                raise RunFolderError(str(exc)) from None
+        if not ckpt.exists():
+            raise RunFolderError(f"{self.run_dir}: nothing to resume (no checkpoint.pt)")
+        try:
+            return load_checkpoint(ckpt)
+        except CheckpointError as exc:
+            raise RunFolderError(str(exc)) from None
+
+    def _prepare_run_dir(self, cfg: Config) -> None:
         if self.run_dir.exists() and any(self.run_dir.iterdir()):
             raise RunFolderError(
                 f"{self.run_dir}: run folder is not empty; pass --resume to continue it, "
@@ -454,7 +510,6 @@ class Trainer:
             )
         self.run_dir.mkdir(parents=True, exist_ok=True)
         config_mod.save(cfg, self.run_dir / "config.yaml")
-        return None
 
 
 def train(
@@ -466,8 +521,12 @@ def train(
 ) -> dict[str, Any]:
     """Train a policy into ``run_dir`` (see DESIGN.md: run folder) and return the summary."""
     run_dir = Path(run_dir)
-    if overwrite and not resume and run_dir.exists():
+    main_rank = os.environ.get("RANK", "0") == "0"
+    if overwrite and not resume and run_dir.exists() and main_rank:
         if not (run_dir / "config.yaml").exists() and any(run_dir.iterdir()):
             raise RunFolderError(f"{run_dir}: not a run folder (no config.yaml); not deleting it")
         shutil.rmtree(run_dir)
-    return Trainer(cfg, run_dir, resume=resume, progress=progress).learn()
+    try:
+        return Trainer(cfg, run_dir, resume=resume, progress=progress).learn()
+    finally:
+        distributed.shutdown()

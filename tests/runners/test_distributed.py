@@ -1,0 +1,77 @@
+"""Two gloo processes on the CPU (the NCCL run is on the two-GPU H200 machine)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from orin_rl import distributed
+from tests.runners.test_train_e2e import orin_rl
+
+
+def test_two_gloo_ranks_solve_with_bit_identical_parameters(tmp_path):
+    """`--nproc 2` trains CartPole to the threshold; after every update both ranks' parameters
+    hash the same (ORIN_RL_CHECK_SYNC makes each rank all-gather a sha256 and fail on a
+    difference); then a resume with another world size is refused with the way out."""
+    run = tmp_path / "run"
+    env = {**os.environ, "ORIN_RL_CHECK_SYNC": "1"}
+    proc = orin_rl("--env", "CartPole-v1", "--device", "cpu", "--nproc", "2", "--out", str(run),
+                   env=env)  # fmt: skip
+    _, err = proc.communicate(timeout=400)
+    assert proc.returncode == 0, err[-3000:]
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["world_size"] == 2 and summary["backend"] == "gloo"
+    assert summary["param_sync_checks"] == summary["iterations"] > 0
+    assert len(summary["per_rank_steps_per_s"]) == 2
+    assert summary["eval_return_mean"] >= 475, summary
+    assert summary["total_steps"] == summary["iterations"] * 2 * 8 * 32  # both ranks' steps
+
+    resumed = subprocess.run(
+        [sys.executable, "-m", "orin_rl.cli", "train", "--resume", str(run)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert resumed.returncode == 2
+    assert "trained with 2 processes, this resume has 1; resume with --nproc 2" in resumed.stderr
+
+
+def test_helpers_in_a_single_process_group(tmp_path):
+    """The collectives' arithmetic, checked in a one-rank gloo group against plain torch."""
+    import torch.distributed as dist
+
+    dist.init_process_group(
+        "gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1
+    )
+    try:
+        x = torch.randn(1000) * 3 + 2
+        y = x.clone()
+        distributed.normalize_global_(y)
+        assert torch.allclose(y, (x - x.mean()) / (x.std() + 1e-8), atol=1e-5)
+        lin = torch.nn.Linear(3, 2)
+        lin(torch.randn(4, 3)).sum().backward()
+        before = [p.grad.clone() for p in lin.parameters()]
+        distributed.average_gradients(list(lin.parameters()), 1)
+        assert all(torch.equal(a, p.grad) for a, p in zip(before, lin.parameters(), strict=True))
+        assert distributed.any_rank(True, torch.device("cpu"))
+        assert not distributed.any_rank(False, torch.device("cpu"))
+        distributed.check_identical(lin, 1)
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
+def test_two_nccl_ranks_solve_on_gpu_native_envs(tmp_path):
+    run = tmp_path / "run"
+    env = {**os.environ, "ORIN_RL_CHECK_SYNC": "1"}
+    proc = orin_rl("--env", "CartPole-v1", "--device", "cuda", "--env-backend", "gpu",
+                   "--nproc", "2", "--out", str(run), env=env)  # fmt: skip
+    _, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err[-3000:]
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["backend"] == "nccl" and summary["param_sync_checks"] > 0
+    assert summary["eval_return_mean"] >= 475, summary
