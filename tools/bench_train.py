@@ -198,7 +198,19 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks")
     parser.add_argument("--name", default="train_cpu")
     parser.add_argument("--peer-venv", type=Path, default=ROOT / ".bench-venv")
+    parser.add_argument(
+        "--suite",
+        choices=["sb3", "gpu"],
+        default="sb3",
+        help="sb3: against Stable-Baselines3 on the CPU; gpu: GPU-native path (bench_train_gpu)",
+    )
     args = parser.parse_args()
+    if args.suite == "gpu":
+        sys.path.insert(0, str(Path(__file__).parent))
+        from bench_train_gpu import main as gpu_main
+
+        gpu_main(args)
+        return
     python = ensure_peer_venv(args.peer_venv)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
