@@ -82,7 +82,15 @@ def load_policy(run_dir: str | Path, device: str | torch.device = "cpu"):
     try:
         spec = PolicySpec(**state["policy_spec"])
         policy = ActorCritic(spec).to(device)
-        policy.load_state_dict(state["algo"]["policy"])
+        num_agents = int(state.get("num_agents") or 1)
+        if num_agents > 1:  # a --num-agents run: its best agent (by the final evaluation)
+            from orin_rl.models.batched import BatchedActorCritic
+
+            agents = BatchedActorCritic(spec, num_agents).to(device)
+            agents.load_state_dict(state["algo"]["policy"])
+            policy.load_state_dict(agents.agent_state_dict(int(state.get("best_agent") or 0)))
+        else:
+            policy.load_state_dict(state["algo"]["policy"])
     except (KeyError, TypeError, RuntimeError) as exc:
         raise CheckpointError(f"{ckpt}: checkpoint does not hold a policy ({exc})"[:300]) from None
     policy.eval()

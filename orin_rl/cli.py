@@ -35,6 +35,7 @@ TRAIN_FLAGS = {
     "cuda_graphs": "train.cuda_graphs",
     "compile": "train.compile",
     "nvtx": "train.nvtx",
+    "num_agents": "train.num_agents",
 }
 
 
@@ -70,6 +71,12 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--nvtx", action="store_true", default=None, help="NVTX ranges for Nsight Systems"
+    )
+    p.add_argument(
+        "--num-agents",
+        type=int,
+        metavar="K",
+        help="train K independent agents in one batched program (seeds / sweeps)",
     )
     p.add_argument("--total-steps", type=int, help="environment steps to train for")
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], help="learner device")

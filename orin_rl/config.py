@@ -123,6 +123,10 @@ class TrainConfig:
     """Evaluation return that counts as solved (None: gymnasium's reward_threshold)."""
     tensorboard: bool = True
     """Write TensorBoard event files into the run folder."""
+    num_agents: int = 1
+    """Train this many independent agents (own weights, optimiser, envs and seeds) as one
+    batched program, e.g. the seeds of a sweep; each gets total_steps steps. summary.json lists
+    every agent's evaluation; export takes the best one."""
     precision: Literal["fp32", "fp16", "bf16"] = "fp32"
     """Mixed precision of the forward passes and losses: autocast to fp16 or bf16 around the
     networks; the value head and the losses stay fp32; fp16 adds a gradient scaler."""
@@ -330,6 +334,7 @@ def validate(cfg: Config) -> None:
         "train.checkpoint_every": cfg.train.checkpoint_every,
         "train.eval_episodes": cfg.train.eval_episodes,
         "train.solved_patience": cfg.train.solved_patience,
+        "train.num_agents": cfg.train.num_agents,
     }
     for key, value in positive.items():
         if value <= 0:
@@ -352,6 +357,8 @@ def validate(cfg: Config) -> None:
         )
     if any(h <= 0 for h in cfg.ppo.hidden_sizes) or not cfg.ppo.hidden_sizes:
         raise ConfigError(f"ppo.hidden_sizes: need positive widths, got {cfg.ppo.hidden_sizes}")
+    if cfg.train.num_agents > 1 and cfg.ppo.target_kl is not None:
+        raise ConfigError("ppo.target_kl: not supported with train.num_agents > 1; set it to null")
     if cfg.batch_size % cfg.ppo.num_minibatches:
         raise ConfigError(
             f"ppo.num_minibatches: {cfg.ppo.num_minibatches} does not divide the batch of "

@@ -73,6 +73,9 @@ GPU_ROWS = [
       "--cuda-graphs"]),
     ("1 agent, 4096 envs: eager fp32", "1 agent, 4096 envs x 128 x 100 updates",
      ["--num-envs", "4096", "--total-steps", str(4096 * 128 * 100), "--env-backend", "gpu"]),
+    ("512 agents x 4 envs x 5e5 steps: graphs fp32", "512 agents x 4 envs x 5e5 steps",
+     ["--num-envs", "4", "--num-agents", "512", "--total-steps", "500000", "--env-backend",
+      "gpu", "--cuda-graphs"]),
     ("CPU envs (gymnasium), GPU learner, 4 envs, 5e4 steps", None,
      ["--num-envs", "4", "--total-steps", "50000", "--env-backend", "gym"]),
 ]  # fmt: skip
@@ -106,12 +109,13 @@ def run_row(args: list[str], device: str, workdir: Path, seed: int = 1) -> dict:
     if proc.returncode != 0:
         return {"error": proc.stderr.strip().splitlines()[-1:], "process_wall_s": wall}
     s = json.loads((out / "summary.json").read_text())
+    agents = s.get("num_agents") or 1  # steps count every agent's environment steps
     return {
         "process_wall_s": round(wall, 3),
         "train_time_s": s["wall_time_s"],
-        "total_steps": s["total_steps"],
-        "steps_per_s": round(s["total_steps"] / wall),
-        "train_steps_per_s": round(s["steps_per_s"]),
+        "total_steps": s["total_steps"] * agents,
+        "steps_per_s": round(s["total_steps"] * agents / wall),
+        "train_steps_per_s": round(s["steps_per_s"] * agents),
         "final_eval_mean": s["eval_return_mean"],
         "cuda_graphs": s["cuda_graphs"],
         "per_agent": s.get("agents"),

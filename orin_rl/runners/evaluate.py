@@ -7,6 +7,7 @@ import torch
 
 from orin_rl import envs
 from orin_rl.models import ActorCritic
+from orin_rl.models.batched import BatchedActorCritic
 
 
 @torch.inference_mode()
@@ -40,3 +41,39 @@ def evaluate(
         finally:
             env.close()
     return returns
+
+
+@torch.inference_mode()
+def evaluate_agents(
+    policy: BatchedActorCritic,
+    env_id: str,
+    episodes: int,
+    seed: int,
+    device: torch.device,
+    max_episode_steps: int | None = None,
+) -> list[list[float]]:
+    """Per agent of ``policy``, the returns of ``episodes`` fresh deterministic episodes.
+
+    With a GPU-native implementation of ``env_id`` all K * episodes episodes run as one batch
+    on ``device`` (one host read at the end); otherwise each agent runs on gymnasium in turn.
+    """
+    from orin_rl.envs.gpu import REGISTRY, make_gpu
+
+    k = policy.num_agents
+    if env_id not in REGISTRY:
+        return [
+            evaluate(policy.agent(i), env_id, episodes, seed, device, max_episode_steps)
+            for i in range(k)
+        ]
+    env = make_gpu(env_id, k * episodes, device, max_episode_steps, seed=seed)
+    obs = env.reset()
+    total = torch.zeros(k * episodes, dtype=torch.float64, device=env.device)
+    done = torch.zeros(k * episodes, dtype=torch.bool, device=env.device)
+    for _ in range(env.max_episode_steps):  # every first episode ends by the time limit
+        per_agent = obs.view(k, episodes, *obs.shape[1:])
+        actions = policy.act_deterministic(policy.normalize(per_agent)).flatten(0, 1)
+        step = env.step(actions)
+        total += torch.where(done, 0.0, step.reward.double())
+        done |= step.terminated | step.truncated
+        obs = step.obs
+    return total.view(k, episodes).tolist()

@@ -26,12 +26,14 @@ from tqdm.auto import tqdm
 from orin_rl import config as config_mod
 from orin_rl import distributed, envs, jetson
 from orin_rl.algorithms import PPO
+from orin_rl.algorithms.ppo_multi import MultiAgentPPO
 from orin_rl.buffers import RolloutBuffer
 from orin_rl.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from orin_rl.config import Config
 from orin_rl.errors import OrinError
 from orin_rl.models import ActorCritic, PolicySpec
-from orin_rl.runners.evaluate import evaluate
+from orin_rl.models.batched import BatchedActorCritic
+from orin_rl.runners.evaluate import evaluate, evaluate_agents
 from orin_rl.runners.graphs import GraphedIteration, graph_blocker, nvtx_range
 from orin_rl.runners.logger import MetricsLogger, plot_curve, read_metrics
 
@@ -118,9 +120,14 @@ class Trainer:
         )
         seed_everything(cfg.train.seed)
 
+        self.num_agents = cfg.train.num_agents
+        if self.num_agents > 1 and self.dist.enabled:
+            raise distributed.DistributedError(
+                "train.num_agents > 1 runs in one process; drop --nproc or --num-agents"
+            )
         self.env = envs.make(
             cfg.env.env_id,
-            cfg.env.num_envs,
+            cfg.env.num_envs * self.num_agents,  # agent k owns the k-th block of num_envs
             self.device,
             backend=cfg.env.backend,
             vectorization=cfg.env.vectorization,
@@ -134,14 +141,18 @@ class Trainer:
             normalize_obs=cfg.ppo.normalize_obs,
             init_log_std=cfg.ppo.init_log_std,
         )
-        self.policy = ActorCritic(self.policy_spec).to(self.device)
+        self.policy = (
+            BatchedActorCritic(self.policy_spec, self.num_agents)
+            if self.num_agents > 1
+            else ActorCritic(self.policy_spec)
+        ).to(self.device)
         if self.dist.enabled:
             distributed.broadcast_module(self.policy)  # one set of weights to start from
             torch.manual_seed(cfg.train.seed + 7919 * self.dist.rank)  # own action samples
         discrete = self.policy_spec.action_kind == "discrete"
         self.buffer = RolloutBuffer(
             cfg.ppo.num_steps,
-            cfg.env.num_envs,
+            cfg.env.num_envs * self.num_agents,
             tuple(self.policy_spec.obs_shape),
             () if discrete else (self.policy_spec.action_dim,),
             torch.int64 if discrete else torch.float32,
@@ -158,16 +169,28 @@ class Trainer:
             self.use_graphs = blocker is None
             if blocker:
                 log.warning("CUDA graphs off: %s; running eagerly", blocker)
-        self.algo = PPO(
-            self.policy,
-            self.buffer,
-            cfg.ppo,
-            self.num_iterations,
-            self.device,
-            precision=cfg.train.precision,
-            capturable=self.use_graphs,
-            dist_ctx=self.dist,
-        )
+        if self.num_agents > 1:
+            self.algo: PPO = MultiAgentPPO(
+                self.policy,
+                self.buffer,
+                cfg.ppo,
+                self.num_iterations,
+                self.device,
+                precision=cfg.train.precision,
+                capturable=self.use_graphs,
+            )
+        else:
+            self.algo = PPO(
+                self.policy,
+                self.buffer,
+                cfg.ppo,
+                self.num_iterations,
+                self.device,
+                precision=cfg.train.precision,
+                capturable=self.use_graphs,
+                dist_ctx=self.dist,
+            )
+        self.agent_returns: list[float] | None = None  # final per-agent evaluation
         self.sync_checks = 0  # bit-identity checks of the parameters across ranks passed
         self._graph: GraphedIteration | None = None
         if cfg.train.compile:
@@ -347,10 +370,22 @@ class Trainer:
             self.solved_at = {"global_step": self.global_step, "time_s": round(elapsed, 3)}
 
     def _evaluate(self, seed_offset: int) -> list[float]:
-        """Deterministic-policy returns on episodes seeded from ``seed + seed_offset``."""
+        """Deterministic-policy returns on episodes seeded from ``seed + seed_offset`` (every
+        agent's, one after the other, when there are several)."""
         cfg = self.cfg
         self.policy.eval()
         try:
+            if self.num_agents > 1:
+                per_agent = evaluate_agents(
+                    self.policy,
+                    cfg.env.env_id,
+                    cfg.train.eval_episodes,
+                    seed=cfg.train.seed + seed_offset,
+                    device=self.device,
+                    max_episode_steps=cfg.env.max_episode_steps,
+                )
+                self.agent_returns = [statistics.fmean(r) for r in per_agent]
+                return [x for r in per_agent for x in r]
             return evaluate(
                 self.policy,
                 cfg.env.env_id,
@@ -415,6 +450,16 @@ class Trainer:
             "compiled": cfg.train.compile,
             "world_size": self.dist.world_size,
             "backend": self.dist.backend or None,
+            "num_agents": self.num_agents,
+            "agents": (
+                [{"agent": k, "eval_return_mean": r} for k, r in enumerate(self.agent_returns)]
+                if self.num_agents > 1 and self.agent_returns and eval_returns
+                else None
+            ),
+            "best_agent": self._best_agent(),
+            "all_agents_steps_per_s": self.num_agents
+            * (self.global_step - start_step)
+            / max(session_time, 1e-9),
             "per_rank_steps_per_s": per_rank,
             "param_sync_checks": self.sync_checks,
             "seed": cfg.train.seed,
@@ -433,6 +478,13 @@ class Trainer:
         self.env.close()
         return summary
 
+    def _best_agent(self) -> int | None:
+        if self.num_agents == 1:
+            return None
+        if not self.agent_returns:
+            return 0
+        return max(range(self.num_agents), key=self.agent_returns.__getitem__)
+
     def _save(self, elapsed: float) -> None:
         if not self.is_main:
             return
@@ -450,6 +502,8 @@ class Trainer:
             "episode_window": list(self.episode_window),
             "solved_streak": self.solved_streak,
             "world_size": self.dist.world_size,
+            "num_agents": self.num_agents,
+            "best_agent": self._best_agent(),
         }
         save_checkpoint(state, self.run_dir / "checkpoint.pt")
 

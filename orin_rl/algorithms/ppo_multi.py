@@ -1,0 +1,126 @@
+"""PPO for K independent agents at once (``--num-agents K``), e.g. seeds of one sweep.
+
+The env batch holds K * num_envs envs, agent k owning columns [k * num_envs, (k+1) * num_envs).
+The verbs are PPO's; what changes is the shape: every tensor gains a leading agent axis, the
+advantages are normalised per agent, minibatches are drawn per agent, the loss is the sum of
+the agents' PPO losses (so each agent's gradient is its own) and gradients are clipped per agent.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from orin_rl.algorithms.ppo import PPO, approx_kl, clipped_surrogate_loss, value_loss
+from orin_rl.buffers import RolloutBuffer
+from orin_rl.config import PPOConfig
+from orin_rl.envs import StepResult
+from orin_rl.models.batched import BatchedActorCritic, per_agent_clip_grad_norm_
+
+
+class MultiAgentPPO(PPO):
+    """PPO over a ``BatchedActorCritic``; the trainer sees the same four verbs."""
+
+    def __init__(
+        self,
+        policy: BatchedActorCritic,
+        buffer: RolloutBuffer,
+        cfg: PPOConfig,
+        num_iterations: int,
+        device: torch.device,
+        precision: str = "fp32",
+        capturable: bool = False,
+    ):
+        super().__init__(policy, buffer, cfg, num_iterations, device, precision, capturable)
+        self.num_agents = policy.num_agents
+        self.envs_per_agent = buffer.num_envs // self.num_agents
+
+    def _split(self, x: torch.Tensor) -> torch.Tensor:
+        """(K * N, ...) -> (K, N, ...)."""
+        return x.view(self.num_agents, self.envs_per_agent, *x.shape[1:])
+
+    # ----------------------------------------------------------------- rollout verbs
+    @torch.inference_mode()
+    def act(self, obs: torch.Tensor) -> torch.Tensor:
+        """Sample every agent's actions for (K * N, *obs_shape) observations."""
+        obs = self.policy.normalize(self._split(obs), update=True)  # (K, N, *obs)
+        with self.autocast:
+            actions, logprobs, values = self.policy.act(obs)
+        t = self.transition
+        t.obs, t.actions = obs.flatten(0, 1), actions.flatten(0, 1)
+        t.logprobs, t.values = logprobs.flatten(), values.flatten()
+        return t.actions
+
+    @torch.inference_mode()
+    def process_env_step(self, step: StepResult) -> None:
+        """Store the step; truncated episodes bootstrap from V(final obs) (no host read)."""
+        t = self.transition
+        t.rewards = step.reward
+        t.terminated = step.terminated
+        t.episode_end = step.terminated | step.truncated
+        cut = step.truncated & ~step.terminated
+        with self.autocast:
+            final = self.policy.value(self.policy.normalize(self._split(step.final_obs)))
+        t.bootstrap_values = torch.where(cut, final.flatten(), 0.0)
+        self.buffer.add(t)
+        t.clear()
+
+    @torch.inference_mode()
+    def compute_returns(self, last_obs: torch.Tensor) -> None:
+        """GAE per env column, then advantages normalised within each agent's rollout."""
+        last = self.policy.value(self.policy.normalize(self._split(last_obs))).flatten()
+        self.buffer.compute_returns(last, self.cfg.gamma, self.cfg.gae_lambda, normalize=False)
+        if self.cfg.normalize_advantage:
+            adv = self.buffer.advantages.view(self.buffer.num_steps, self.num_agents, -1)
+            mean = adv.mean(dim=(0, 2), keepdim=True)
+            std = adv.std(dim=(0, 2), keepdim=True)
+            adv.sub_(mean).div_(std + 1e-8)
+
+    # ------------------------------------------------------------------ update verb
+    def _agent_major(self, name: str) -> torch.Tensor:
+        """Buffer field (T, K * N, ...) as (K, T * N, ...)."""
+        x = getattr(self.buffer, name)
+        t, k = x.shape[0], self.num_agents
+        x = x.view(t, k, self.envs_per_agent, *x.shape[2:]).transpose(0, 1)
+        return x.reshape(k, t * self.envs_per_agent, *x.shape[3:])
+
+    def update_steps(self) -> tuple[int, int]:
+        """Epochs of per-agent minibatches; no host reads (capturable)."""
+        cfg = self.cfg
+        sums = self._loss_sums
+        sums.zero_()
+        names = ("obs", "actions", "logprobs", "values", "advantages", "returns")
+        data = {n: self._agent_major(n) for n in names}
+        k, samples = data["logprobs"].shape
+        mb = samples // cfg.num_minibatches
+        rows = torch.arange(k, device=data["logprobs"].device).unsqueeze(1)
+        num_updates = 0
+        for _ in range(cfg.num_epochs):
+            perm = torch.argsort(torch.rand(k, samples, device=rows.device), dim=1)
+            for j in range(cfg.num_minibatches):
+                idx = perm[:, j * mb : (j + 1) * mb]  # (K, mb): each agent its own samples
+                batch = {n: v[rows, idx] for n, v in data.items()}
+                sums += torch.stack(self._agents_step(batch)).detach()
+                num_updates += 1
+        return num_updates, cfg.num_epochs
+
+    def _agents_step(self, b: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
+        cfg, k = self.cfg, self.num_agents
+        with self.autocast:
+            logprobs, entropy, values = self.policy.evaluate(b["obs"], b["actions"])
+        # Means over (K, mb) times K = the sum of the agents' own PPO losses.
+        pg = clipped_surrogate_loss(logprobs, b["logprobs"], b["advantages"], cfg.clip_coef)
+        v = value_loss(
+            values, b["values"], b["returns"], cfg.clip_coef if cfg.clip_value_loss else None
+        )
+        ent = entropy.mean()
+        loss = k * (pg - cfg.ent_coef * ent + cfg.vf_coef * v)
+        self.optimizer.zero_grad(set_to_none=not self.capturable)
+        self.scaler.scale(loss).backward()
+        self.scaler.unscale_(self.optimizer)
+        per_agent_clip_grad_norm_(self._params, cfg.max_grad_norm)
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        with torch.no_grad():
+            kl = approx_kl(logprobs, b["logprobs"])
+            clip_frac = ((logprobs - b["logprobs"]).exp().sub(1.0).abs() > cfg.clip_coef).float()
+        return pg, v, ent, kl, clip_frac.mean()
