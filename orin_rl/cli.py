@@ -36,6 +36,7 @@ TRAIN_FLAGS = {
     "compile": "train.compile",
     "nvtx": "train.nvtx",
     "num_agents": "train.num_agents",
+    "algo": "train.algo",
 }
 
 
@@ -46,10 +47,15 @@ class UsageError(OrinError, ValueError):
 def _add_train(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "train",
-        help="train a PPO policy into a run folder",
+        help="train a policy (PPO, SAC or DQN) into a run folder",
         description="Train PPO. Precedence: defaults < env preset < --config < flags < --set.",
     )
     p.add_argument("--env", help="gymnasium id, e.g. CartPole-v1 (default: CartPole-v1)")
+    p.add_argument(
+        "--algo",
+        choices=["ppo", "sac", "dqn"],
+        help="ppo (default), sac (continuous actions) or dqn (discrete), on a replay buffer",
+    )
     p.add_argument("--num-envs", type=int, help="parallel environments")
     p.add_argument("--vectorization", choices=["sync", "async"], help="gymnasium vectorisation")
     p.add_argument(
@@ -220,7 +226,8 @@ def train_config(args: argparse.Namespace) -> Config:
     if args.config is not None:
         file_data = config_mod.read_yaml_mapping(args.config)
     env_id = args.env or (file_data.get("env") or {}).get("env_id") or Config().env.env_id
-    preset = [f"{k}={json.dumps(v)}" for k, v in preset_overrides(env_id).items()]
+    algo = args.algo or (file_data.get("train") or {}).get("algo") or "ppo"
+    preset = [f"{k}={json.dumps(v)}" for k, v in preset_overrides(env_id, algo).items()]
     cfg = config_mod.apply_overrides(Config(), preset)
     if file_data:
         try:

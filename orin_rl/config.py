@@ -87,6 +87,92 @@ class PPOConfig:
 
 
 @dataclass
+class SACConfig:
+    """Soft Actor-Critic (``train.algo: sac``, continuous actions)."""
+
+    buffer_size: int = 1_000_000
+    """Replay capacity in transitions."""
+    batch_size: int = 256
+    """Transitions per gradient step."""
+    learning_starts: int = 1_000
+    """Environment steps of uniform random actions before the first update."""
+    train_freq: int = 1
+    """Environment steps (summed over envs) between rounds of gradient steps."""
+    gradient_steps: int = 1
+    """Gradient steps per round (update-to-data ratio = gradient_steps / train_freq)."""
+    learning_rate: float = 3e-4
+    """Adam learning rate of the actor, the critics and the temperature."""
+    gamma: float = 0.99
+    """Discount factor."""
+    tau: float = 0.005
+    """Polyak factor of the target critics: target <- tau * online + (1 - tau) * target."""
+    init_alpha: float = 1.0
+    """Initial entropy temperature."""
+    autotune_alpha: bool = True
+    """Learn the temperature so the policy's entropy tracks target_entropy."""
+    target_entropy: float | None = None
+    """Entropy target of the temperature loss (None: -action_dim)."""
+    hidden_sizes: list[int] = field(default_factory=lambda: [256, 256])
+    """Hidden widths of the actor and the twin critics."""
+    prioritized: bool = False
+    """Prioritized replay (priorities: the mean |TD error| of the twin critics)."""
+    per_alpha: float = 0.6
+    """Prioritization exponent."""
+    per_beta: float = 0.4
+    """Importance-sampling exponent."""
+    save_buffer: bool = False
+    """Put the replay buffer in checkpoint.pt (so a resume keeps its experience)."""
+    save_buffer_max_mb: int = 1024
+    """Largest buffer (MiB) written into a checkpoint; a bigger one is left out, with a log line."""
+
+
+@dataclass
+class DQNConfig:
+    """Double DQN (``train.algo: dqn``, discrete actions)."""
+
+    buffer_size: int = 100_000
+    """Replay capacity in transitions."""
+    batch_size: int = 64
+    """Transitions per gradient step."""
+    learning_starts: int = 1_000
+    """Environment steps before the first update."""
+    train_freq: int = 4
+    """Environment steps (summed over envs) between rounds of gradient steps."""
+    gradient_steps: int = 1
+    """Gradient steps per round."""
+    learning_rate: float = 2.5e-4
+    """Adam learning rate."""
+    gamma: float = 0.99
+    """Discount factor."""
+    target_update_every: int = 1_000
+    """Gradient steps between hard target-network copies (when tau is 1)."""
+    tau: float = 1.0
+    """1: hard copies every target_update_every; below 1: Polyak averaging every step."""
+    exploration_fraction: float = 0.1
+    """Fraction of total_steps over which epsilon decays linearly."""
+    exploration_initial_eps: float = 1.0
+    """Epsilon at the start."""
+    exploration_final_eps: float = 0.05
+    """Epsilon after the decay."""
+    n_step: int = 1
+    """n-step returns: sum of n discounted rewards, then bootstrap (cut at episode ends)."""
+    max_grad_norm: float = 10.0
+    """Gradient-norm clip."""
+    hidden_sizes: list[int] = field(default_factory=lambda: [64, 64])
+    """Hidden widths of the Q network."""
+    prioritized: bool = False
+    """Prioritized replay (priorities: |TD error|)."""
+    per_alpha: float = 0.6
+    """Prioritization exponent."""
+    per_beta: float = 0.4
+    """Importance-sampling exponent."""
+    save_buffer: bool = False
+    """Put the replay buffer in checkpoint.pt (so a resume keeps its experience)."""
+    save_buffer_max_mb: int = 1024
+    """Largest buffer (MiB) written into a checkpoint; a bigger one is left out, with a log line."""
+
+
+@dataclass
 class BufferConfig:
     """Where the rollout storage lives."""
 
@@ -99,6 +185,9 @@ class BufferConfig:
 class TrainConfig:
     """The training run: length, device, seeds, logging, checkpoints and evaluation."""
 
+    algo: Literal["ppo", "sac", "dqn"] = "ppo"
+    """Algorithm: `ppo` (on-policy), `sac` (continuous actions) or `dqn` (discrete), the last
+    two learning from a replay buffer; each reads its own config section."""
     total_steps: int = 100_000
     """Environment steps to train for (summed over all environments)."""
     device: Literal["auto", "cpu", "cuda"] = "auto"
@@ -153,7 +242,11 @@ class Config:
     ppo: PPOConfig = field(default_factory=PPOConfig)
     """PPO hyper-parameters."""
     buffer: BufferConfig = field(default_factory=BufferConfig)
-    """Rollout storage."""
+    """Rollout / replay storage placement."""
+    sac: SACConfig = field(default_factory=SACConfig)
+    """SAC hyper-parameters (used when train.algo is sac)."""
+    dqn: DQNConfig = field(default_factory=DQNConfig)
+    """DQN hyper-parameters (used when train.algo is dqn)."""
     train: TrainConfig = field(default_factory=TrainConfig)
     """Run length, device, seeds, logging."""
 
@@ -173,7 +266,7 @@ class Config:
         return max(1, math.ceil(self.train.total_steps / self.batch_size))
 
 
-SECTIONS = ("env", "ppo", "buffer", "train")
+SECTIONS = ("env", "ppo", "sac", "dqn", "buffer", "train")
 
 
 @functools.cache
@@ -298,6 +391,8 @@ def from_plain(data: dict[str, Any]) -> Config:
         ppo=PPOConfig(**data["ppo"]),
         buffer=BufferConfig(**data["buffer"]),
         train=TrainConfig(**data["train"]),
+        sac=SACConfig(**data.get("sac", {})),
+        dqn=DQNConfig(**data.get("dqn", {})),
     )
 
 
@@ -357,6 +452,19 @@ def validate(cfg: Config) -> None:
         )
     if any(h <= 0 for h in cfg.ppo.hidden_sizes) or not cfg.ppo.hidden_sizes:
         raise ConfigError(f"ppo.hidden_sizes: need positive widths, got {cfg.ppo.hidden_sizes}")
+    for section in ("sac", "dqn"):
+        sub = getattr(cfg, section)
+        for name in ("buffer_size", "batch_size", "train_freq", "gradient_steps"):
+            if getattr(sub, name) <= 0:
+                raise ConfigError(f"{section}.{name}: must be positive, got {getattr(sub, name)}")
+        if not 0 < sub.tau <= 1:
+            raise ConfigError(f"{section}.tau: must be within (0, 1], got {sub.tau}")
+    if cfg.dqn.n_step < 1:
+        raise ConfigError(f"dqn.n_step: must be >= 1, got {cfg.dqn.n_step}")
+    if cfg.train.algo != "ppo" and (cfg.train.num_agents > 1 or cfg.train.cuda_graphs):
+        raise ConfigError(
+            f"train.algo {cfg.train.algo}: --num-agents and --cuda-graphs are PPO-only for now"
+        )
     if cfg.train.num_agents > 1 and cfg.ppo.target_kl is not None:
         raise ConfigError("ppo.target_kl: not supported with train.num_agents > 1; set it to null")
     if cfg.batch_size % cfg.ppo.num_minibatches:

@@ -55,6 +55,49 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
-def preset_overrides(env_id: str) -> dict[str, Any]:
-    """The preset for ``env_id`` (with ``env.env_id`` set), or just the id if there is none."""
-    return {"env.env_id": env_id, **PRESETS.get(env_id, {})}
+# Off-policy presets, keyed by (env id, algorithm).
+OFF_POLICY_PRESETS: dict[tuple[str, str], dict[str, Any]] = {
+    # RL Zoo's SAC Pendulum (lr 1e-3, 2e4 steps) with 64x64 networks, which learn as fast
+    # here and take a third of the update time of 256x256 on a small CPU.
+    ("Pendulum-v1", "sac"): {
+        "env.num_envs": 1,
+        "sac.learning_rate": 1e-3,
+        "sac.hidden_sizes": [64, 64],
+        "sac.learning_starts": 1_000,
+        "train.total_steps": 20_000,
+        "train.solved_threshold": -200.0,
+        "train.eval_every": 1_000,
+        "train.eval_episodes": 10,
+        "train.stop_at_threshold": True,
+        "train.log_every": 250,
+        "train.checkpoint_every": 5_000,
+    },
+    # RL Zoo's DQN CartPole (256 env steps, then 128 gradient steps; target synced each round)
+    # with a 64x64 network instead of 256x256: a quarter of the update time on a small CPU.
+    ("CartPole-v1", "dqn"): {
+        "env.num_envs": 1,
+        "dqn.learning_rate": 2.3e-3,
+        "dqn.batch_size": 64,
+        "dqn.buffer_size": 100_000,
+        "dqn.learning_starts": 1_000,
+        "dqn.gamma": 0.99,
+        "dqn.train_freq": 256,
+        "dqn.gradient_steps": 128,
+        "dqn.target_update_every": 128,
+        "dqn.exploration_fraction": 0.16,
+        "dqn.exploration_final_eps": 0.04,
+        "dqn.hidden_sizes": [64, 64],
+        "train.total_steps": 50_000,
+        "train.eval_every": 10,
+        "train.stop_at_threshold": True,
+    },
+}
+
+
+def preset_overrides(env_id: str, algo: str = "ppo") -> dict[str, Any]:
+    """The preset for ``env_id`` trained by ``algo`` (with ``env.env_id`` and ``train.algo``
+    set), or just those two if there is none."""
+    base: dict[str, Any] = {"env.env_id": env_id}
+    if algo != "ppo":
+        return {**base, "train.algo": algo, **OFF_POLICY_PRESETS.get((env_id, algo), {})}
+    return {**base, **PRESETS.get(env_id, {})}

@@ -38,6 +38,9 @@ class PolicySpec:
     """Lower action bounds (continuous)."""
     action_high: list[float] | None = None
     """Upper action bounds (continuous)."""
+    squash: bool = False
+    """Tanh-squashed Gaussian (SAC): the actor outputs (mean, log_std) and the deterministic
+    action is tanh(mean) scaled to the action bounds."""
 
     @classmethod
     def from_spaces(
@@ -94,7 +97,8 @@ class ActorCritic(nn.Module):
         self.spec = spec
         obs_dim = int(np.prod(spec.obs_shape))
         self.discrete = spec.action_kind == "discrete"
-        self.actor = mlp(obs_dim, spec.hidden_sizes, spec.action_dim, spec.activation, 0.01)
+        out_dim = 2 * spec.action_dim if spec.squash else spec.action_dim
+        self.actor = mlp(obs_dim, spec.hidden_sizes, out_dim, spec.activation, 0.01)
         self.critic = mlp(obs_dim, spec.hidden_sizes, 1, spec.activation, 1.0)
         if not self.discrete:
             self.log_std = nn.Parameter(torch.full((spec.action_dim,), spec.init_log_std))
@@ -138,5 +142,15 @@ class ActorCritic(nn.Module):
         return dist.log_prob(actions), dist.entropy(), self.value(obs)
 
     def act_deterministic(self, obs: torch.Tensor) -> torch.Tensor:
-        """The distribution's mode (argmax / mean) for normalised ``obs``."""
+        """The distribution's mode (argmax / mean; squashed: the scaled tanh of the mean)."""
+        if self.spec.squash:
+            mean = self.actor(obs.flatten(1)).float()[:, : self.spec.action_dim]
+            return squash_to_bounds(mean, self.spec.action_low, self.spec.action_high)
         return self.distribution(obs).mode()
+
+
+def squash_to_bounds(u: torch.Tensor, low: list[float], high: list[float]) -> torch.Tensor:
+    """low + (tanh(u) + 1) / 2 * (high - low): an unbounded pre-activation into the box."""
+    low_t = torch.as_tensor(low, dtype=u.dtype, device=u.device)
+    high_t = torch.as_tensor(high, dtype=u.dtype, device=u.device)
+    return low_t + (torch.tanh(u) + 1.0) * 0.5 * (high_t - low_t)

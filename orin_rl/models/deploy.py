@@ -16,8 +16,9 @@ from orin_rl.models.actor_critic import ActorCritic
 class DeterministicPolicy(nn.Module):
     """What runs on the robot: raw observation → normalised → actor → action.
 
-    Discrete: outputs ``action`` (int64, argmax) and ``logits``. Continuous: ``action`` (the
-    Gaussian mean, clipped to the action bounds when ``clip_actions``).
+    Discrete: outputs ``action`` (int64, argmax) and ``logits`` (Q values for DQN). Continuous:
+    ``action`` (the Gaussian mean, clipped to the action bounds when ``clip_actions``; for a
+    squashed SAC actor the bounds-scaled tanh of the mean).
     """
 
     def __init__(self, policy: ActorCritic, clip_actions: bool = True, fp16: bool = False):
@@ -36,7 +37,16 @@ class DeterministicPolicy(nn.Module):
             self.register_buffer("obs_mean", norm.mean.float().clone())
             self.register_buffer("obs_scale", scale)
             self.norm_clip = float(norm.clip)
-        self.clip_actions = clip_actions and not self.discrete and spec.action_low is not None
+        self.squash = spec.squash
+        self.action_dim = spec.action_dim
+        if self.squash:  # SAC: action = low + (tanh(mean) + 1) / 2 * (high - low)
+            low = torch.tensor(spec.action_low, dtype=torch.float32)
+            high = torch.tensor(spec.action_high, dtype=torch.float32)
+            self.register_buffer("squash_mid", (high + low) / 2)
+            self.register_buffer("squash_half", (high - low) / 2)
+        self.clip_actions = (
+            clip_actions and not self.discrete and not self.squash and spec.action_low is not None
+        )
         if self.clip_actions:
             self.register_buffer("low", torch.tensor(spec.action_low, dtype=torch.float32))
             self.register_buffer("high", torch.tensor(spec.action_high, dtype=torch.float32))
@@ -51,6 +61,8 @@ class DeterministicPolicy(nn.Module):
         out = self.actor(x).float()
         if self.discrete:
             return out.argmax(-1), out
+        if self.squash:  # inside the bounds by construction: no clip
+            return self.squash_mid + torch.tanh(out[:, : self.action_dim]) * self.squash_half
         if self.clip_actions:
             out = torch.minimum(torch.maximum(out, self.low), self.high)
         return out

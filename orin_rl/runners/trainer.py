@@ -19,6 +19,7 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import torch
 from tqdm.auto import tqdm
@@ -26,7 +27,9 @@ from tqdm.auto import tqdm
 from orin_rl import config as config_mod
 from orin_rl import distributed, envs, jetson
 from orin_rl.algorithms import PPO
+from orin_rl.algorithms.dqn import DQN
 from orin_rl.algorithms.ppo_multi import MultiAgentPPO
+from orin_rl.algorithms.sac import SAC
 from orin_rl.buffers import RolloutBuffer
 from orin_rl.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from orin_rl.config import Config
@@ -115,9 +118,14 @@ class Trainer:
                 f"resume has {self.dist.world_size}; resume with --nproc "
                 f"{state.get('world_size', 1)}"
             )
-        self.num_iterations = max(
-            1, math.ceil(cfg.train.total_steps / (cfg.batch_size * self.dist.world_size))
-        )
+        # Vector-env steps per iteration: PPO's rollout, or the env steps between two rounds
+        # of off-policy gradient steps.
+        if cfg.train.algo == "ppo":
+            self.rollout_steps = cfg.ppo.num_steps
+        else:
+            self.rollout_steps = max(1, getattr(cfg, cfg.train.algo).train_freq // cfg.env.num_envs)
+        self.iteration_steps = self.rollout_steps * cfg.env.num_envs * self.dist.world_size
+        self.num_iterations = max(1, math.ceil(cfg.train.total_steps / self.iteration_steps))
         seed_everything(cfg.train.seed)
 
         self.num_agents = cfg.train.num_agents
@@ -133,6 +141,71 @@ class Trainer:
             vectorization=cfg.env.vectorization,
             max_episode_steps=cfg.env.max_episode_steps,
         )
+        if cfg.train.algo != "ppo":
+            self._make_off_policy()
+        else:
+            self._make_ppo()
+        self.agent_returns: list[float] | None = None  # final per-agent evaluation
+        self.sync_checks = 0  # bit-identity checks of the parameters across ranks passed
+        self._graph: GraphedIteration | None = None
+        if cfg.train.compile:
+            self._compile()
+        self.threshold = (
+            cfg.train.solved_threshold
+            if cfg.train.solved_threshold is not None
+            else envs.reward_threshold(cfg.env.env_id)
+        )
+        self.global_step = 0
+        self.time_offset = 0.0  # wall time spent by earlier processes of a resumed run
+        self.solved_at: dict[str, float] | None = None
+        self.solved_streak = 0  # consecutive solved periodic evaluations
+        self.episode_window: deque[float] = deque(maxlen=100)  # returns behind the mean
+        self._obs: torch.Tensor | None = None  # the observation the next step acts on
+        self._restored_obs: torch.Tensor | None = None
+        if state is not None:
+            self._restore(state)
+        log.info(
+            "training %s (%s) on %s: %d envs x %d steps, %d iterations; buffer %s (%s)",
+            cfg.env.env_id,
+            cfg.train.algo,
+            self.device,
+            cfg.env.num_envs,
+            self.rollout_steps,
+            self.num_iterations,
+            self.buffer.placement,
+            self.buffer.placement_reason,
+        )
+
+    def _make_off_policy(self) -> None:
+        """SAC or DQN with its replay buffer (the algorithm owns both networks and storage)."""
+        cfg = self.cfg
+        if self.dist.enabled:
+            raise distributed.DistributedError(f"--nproc is PPO-only; {cfg.train.algo} runs in one")
+        sub = getattr(cfg, cfg.train.algo)
+        space = self.env.action_space
+        if cfg.train.algo == "sac" and not isinstance(space, gym.spaces.Box):
+            raise OrinError(f"SAC needs continuous actions; {cfg.env.env_id} has {space}: use dqn")
+        if cfg.train.algo == "dqn" and not isinstance(space, gym.spaces.Discrete):
+            raise OrinError(f"DQN needs discrete actions; {cfg.env.env_id} has {space}: use sac")
+        self.policy_spec = PolicySpec.from_spaces(
+            self.env.observation_space,
+            space,
+            hidden_sizes=list(sub.hidden_sizes),
+            activation="relu",
+            squash=cfg.train.algo == "sac",
+        )
+        common = (self.policy_spec, sub, cfg.env.num_envs, self.device, cfg.buffer.placement,
+                  self.env.device, cfg.train.log_every)  # fmt: skip
+        if cfg.train.algo == "sac":
+            self.algo = SAC(*common)
+        else:
+            self.algo = DQN(*common, total_steps=cfg.train.total_steps)
+        self.policy = self.algo.policy
+        self.buffer = self.algo.replay
+        self.use_graphs = False
+
+    def _make_ppo(self) -> None:
+        cfg = self.cfg
         self.policy_spec = PolicySpec.from_spaces(
             self.env.observation_space,
             self.env.action_space,
@@ -170,7 +243,7 @@ class Trainer:
             if blocker:
                 log.warning("CUDA graphs off: %s; running eagerly", blocker)
         if self.num_agents > 1:
-            self.algo: PPO = MultiAgentPPO(
+            self.algo: Any = MultiAgentPPO(
                 self.policy,
                 self.buffer,
                 cfg.ppo,
@@ -190,35 +263,6 @@ class Trainer:
                 capturable=self.use_graphs,
                 dist_ctx=self.dist,
             )
-        self.agent_returns: list[float] | None = None  # final per-agent evaluation
-        self.sync_checks = 0  # bit-identity checks of the parameters across ranks passed
-        self._graph: GraphedIteration | None = None
-        if cfg.train.compile:
-            self._compile()
-        self.threshold = (
-            cfg.train.solved_threshold
-            if cfg.train.solved_threshold is not None
-            else envs.reward_threshold(cfg.env.env_id)
-        )
-        self.global_step = 0
-        self.time_offset = 0.0  # wall time spent by earlier processes of a resumed run
-        self.solved_at: dict[str, float] | None = None
-        self.solved_streak = 0  # consecutive solved periodic evaluations
-        self.episode_window: deque[float] = deque(maxlen=100)  # returns behind the mean
-        self._obs: torch.Tensor | None = None  # the observation the next step acts on
-        self._restored_obs: torch.Tensor | None = None
-        if state is not None:
-            self._restore(state)
-        log.info(
-            "training %s on %s: %d envs x %d steps, %d iterations; buffer %s (%s)",
-            cfg.env.env_id,
-            self.device,
-            cfg.env.num_envs,
-            cfg.ppo.num_steps,
-            cfg.num_iterations,
-            self.buffer.placement,
-            self.buffer.placement_reason,
-        )
 
     # ------------------------------------------------------------------ the loop
     def learn(self) -> dict[str, Any]:
@@ -236,7 +280,7 @@ class Trainer:
             obs = self.env.reset(seed=cfg.train.seed + 1000 * self.algo.iteration + rank_offset)
         self._obs = obs
         bar = tqdm(
-            total=self.num_iterations * cfg.batch_size * self.dist.world_size,
+            total=self.num_iterations * self.iteration_steps,
             initial=self.global_step,
             unit="step",
             unit_scale=True,
@@ -253,8 +297,8 @@ class Trainer:
                     # the resumed run continues exactly; a second signal stops at once.
                     obs, losses = self._iterate(obs)
                     self._obs = obs
-                    self.global_step += cfg.batch_size * self.dist.world_size
-                    bar.update(cfg.batch_size * self.dist.world_size)
+                    self.global_step += self.iteration_steps
+                    bar.update(self.iteration_steps)
                     if check_sync:
                         distributed.check_identical(self.policy, self.dist.world_size)
                         self.sync_checks += 1
@@ -310,8 +354,8 @@ class Trainer:
         return summary
 
     def _iterate(self, obs: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
-        """One PPO iteration from ``obs``: a graph replay once captured, else eager."""
-        cfg, algo, nvtx = self.cfg, self.algo, self.cfg.train.nvtx
+        """One iteration from ``obs``: a graph replay once captured, else eager."""
+        algo, nvtx = self.algo, self.cfg.train.nvtx
         if self._graph is not None:
             lr = algo.set_learning_rate()
             with nvtx_range("iteration (CUDA graph replay)", nvtx):
@@ -323,7 +367,7 @@ class Trainer:
             side.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(side) if side is not None else contextlib.nullcontext():
             with nvtx_range("rollout", nvtx):
-                for _ in range(cfg.ppo.num_steps):  # num_steps batched env steps into the buffer
+                for _ in range(self.rollout_steps):  # batched env steps into the buffer
                     actions = algo.act(obs)
                     step = self.env.step(actions)
                     algo.process_env_step(step)
@@ -425,7 +469,7 @@ class Trainer:
         eval_returns = [] if interrupted else self._evaluate(seed_offset=2**30)
         summary: dict[str, Any] = {
             "env_id": cfg.env.env_id,
-            "algo": "ppo",
+            "algo": cfg.train.algo,
             "total_steps": self.global_step,
             "iterations": self.algo.iteration,
             "wall_time_s": round(elapsed, 3),

@@ -1,0 +1,177 @@
+"""Soft Actor-Critic (Haarnoja et al., 2018) with twin critics and a learned temperature."""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from orin_rl.algorithms.offpolicy import OffPolicyAlgorithm
+from orin_rl.config import SACConfig
+from orin_rl.models import ActorCritic, PolicySpec
+from orin_rl.models.actor_critic import mlp
+
+LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
+
+
+def polyak_update_(target: nn.Module, online: nn.Module, tau: float) -> None:
+    """target <- tau * online + (1 - tau) * target, parameter by parameter, in place."""
+    with torch.no_grad():
+        t = list(target.parameters())
+        torch._foreach_lerp_(t, list(online.parameters()), tau)
+
+
+class QNetwork(nn.Module):
+    """Q(s, a) for continuous actions: an MLP over the concatenation."""
+
+    def __init__(self, obs_dim: int, action_dim: int, hidden: list[int]):
+        super().__init__()
+        self.net = mlp(obs_dim + action_dim, hidden, 1, "relu", 1.0)
+
+    def forward(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        return self.net(torch.cat([obs.flatten(1), actions], -1)).squeeze(-1)
+
+
+class SAC(OffPolicyAlgorithm):
+    """Tanh-squashed Gaussian actor (``policy.actor`` outputs mean and log std), twin Q
+    critics with Polyak targets, automatic entropy tuning, optional prioritized replay."""
+
+    loss_names = ("critic", "actor", "alpha", "entropy", "q_mean")
+
+    def __init__(self, spec: PolicySpec, cfg: SACConfig, num_envs: int, device, placement,
+                 data_device, log_every: int):  # fmt: skip
+        super().__init__(spec, cfg, num_envs, device, placement, data_device, log_every)
+        self.policy = ActorCritic(spec).to(device)  # its actor is the SAC actor
+        obs_dim = math.prod(spec.obs_shape)
+        self.q1 = QNetwork(obs_dim, spec.action_dim, list(cfg.hidden_sizes)).to(device)
+        self.q2 = QNetwork(obs_dim, spec.action_dim, list(cfg.hidden_sizes)).to(device)
+        self.q1_target, self.q2_target = copy.deepcopy(self.q1), copy.deepcopy(self.q2)
+        for p in (*self.q1_target.parameters(), *self.q2_target.parameters()):
+            p.requires_grad_(False)
+        lr = cfg.learning_rate
+        # Fused Adam: one kernel per step instead of a loop over parameters (small networks).
+        self.actor_opt = torch.optim.Adam(self.policy.actor.parameters(), lr=lr, fused=True)
+        critic_params = [*self.q1.parameters(), *self.q2.parameters()]
+        self.critic_opt = torch.optim.Adam(critic_params, lr=lr, fused=True)
+        self.log_alpha = torch.tensor(math.log(cfg.init_alpha), device=device, requires_grad=True)
+        self.alpha_opt = torch.optim.Adam([self.log_alpha], lr=lr)
+        self.target_entropy = (
+            cfg.target_entropy if cfg.target_entropy is not None else -float(spec.action_dim)
+        )
+        low = torch.tensor(spec.action_low, dtype=torch.float32, device=device)
+        high = torch.tensor(spec.action_high, dtype=torch.float32, device=device)
+        self.action_mid, self.action_half = (high + low) / 2, (high - low) / 2
+
+    # ----------------------------------------------------------------- policy
+    def sample_action(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Reparameterised sample: (action in the bounds, log pi(action|obs))."""
+        out = self.policy.actor(obs.flatten(1))
+        mean, log_std = out.chunk(2, dim=-1)
+        # Soft clamp of log std into [LOG_STD_MIN, LOG_STD_MAX] (keeps gradients).
+        log_std = LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (torch.tanh(log_std) + 1)
+        std = log_std.exp()
+        u = mean + std * torch.randn_like(mean)
+        squashed = torch.tanh(u)
+        # log N(u; mean, std) minus the log-determinant of a = mid + half * tanh(u).
+        logp = (-0.5 * ((u - mean) / std).square() - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
+        logp = logp - torch.log(self.action_half * (1 - squashed.square()) + 1e-6).sum(-1)
+        return self.action_mid + self.action_half * squashed, logp
+
+    @torch.inference_mode()
+    def act(self, obs: torch.Tensor) -> torch.Tensor:
+        """Uniform random actions until learning_starts, then samples from the policy."""
+        if self.env_steps < self.cfg.learning_starts:
+            u = torch.rand((len(obs), self.spec.action_dim), device=obs.device)
+            actions = self.action_mid.to(obs.device) + self.action_half.to(obs.device) * (2 * u - 1)
+        else:
+            actions, _ = self.sample_action(obs.to(self.device))
+        self._last = (obs, actions)
+        return actions
+
+    @property
+    def alpha(self) -> torch.Tensor:
+        """Entropy temperature exp(log_alpha)."""
+        return self.log_alpha.detach().exp()
+
+    # ----------------------------------------------------------------- one gradient step
+    def _step(self, batch) -> tuple[torch.Tensor, ...]:
+        cfg = self.cfg
+        obs, actions, next_obs = batch["obs"], batch["actions"], batch["next_obs"]
+        weights = self._weights(batch)
+        with torch.no_grad():
+            next_actions, next_logp = self.sample_action(next_obs)
+            next_q = torch.min(
+                self.q1_target(next_obs, next_actions), self.q2_target(next_obs, next_actions)
+            )
+            # y = r + gamma^k (1 - terminated) (min Q'(s', a') - alpha log pi(a'|s'))
+            target = batch["rewards"] + batch["discounts"] * (1 - batch["terminated"]) * (
+                next_q - self.alpha * next_logp
+            )
+        q1, q2 = self.q1(obs, actions), self.q2(obs, actions)
+        per_sample = F.mse_loss(q1, target, reduction="none") + F.mse_loss(
+            q2, target, reduction="none"
+        )
+        critic_loss = (per_sample * weights).mean() if weights is not None else per_sample.mean()
+        self.critic_opt.zero_grad(set_to_none=True)
+        critic_loss.backward()
+        self.critic_opt.step()
+        self._update_priorities(batch, 0.5 * ((q1 - target).abs() + (q2 - target).abs()))
+
+        new_actions, logp = self.sample_action(obs)
+        q_new = torch.min(self.q1(obs, new_actions), self.q2(obs, new_actions))
+        actor_loss = (self.alpha * logp - q_new).mean()
+        self.actor_opt.zero_grad(set_to_none=True)
+        actor_loss.backward()
+        self.actor_opt.step()
+
+        # J(alpha) = E[-alpha (log pi + target_entropy)]; log alpha keeps alpha positive.
+        alpha_loss = -(self.log_alpha * (logp.detach() + self.target_entropy)).mean()
+        if cfg.autotune_alpha:
+            self.alpha_opt.zero_grad(set_to_none=True)
+            alpha_loss.backward()
+            self.alpha_opt.step()
+        polyak_update_(self.q1_target, self.q1, cfg.tau)
+        polyak_update_(self.q2_target, self.q2, cfg.tau)
+        return (
+            critic_loss.detach(),
+            actor_loss.detach(),
+            alpha_loss.detach(),
+            -logp.detach().mean(),
+            q1.detach().mean(),
+        )
+
+    def _extra_stats(self) -> dict[str, float]:
+        if self.iteration % self.log_every:
+            return {}
+        return {"charts/alpha": float(self.alpha)}
+
+    # ----------------------------------------------------------------- checkpoints
+    def state_dict(self) -> dict:
+        """Networks, targets, optimizers, temperature, counters (and the buffer if asked)."""
+        return {
+            "policy": self.policy.state_dict(),
+            "q1": self.q1.state_dict(),
+            "q2": self.q2.state_dict(),
+            "q1_target": self.q1_target.state_dict(),
+            "q2_target": self.q2_target.state_dict(),
+            "actor_opt": self.actor_opt.state_dict(),
+            "critic_opt": self.critic_opt.state_dict(),
+            "alpha_opt": self.alpha_opt.state_dict(),
+            "log_alpha": self.log_alpha.detach().clone(),
+            "replay": self._buffer_state(),
+            **self._counters(),
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore what ``state_dict`` saved."""
+        self.policy.load_state_dict(state["policy"])
+        for name in ("q1", "q2", "q1_target", "q2_target"):
+            getattr(self, name).load_state_dict(state[name])
+        for name in ("actor_opt", "critic_opt", "alpha_opt"):
+            getattr(self, name).load_state_dict(state[name])
+        with torch.no_grad():
+            self.log_alpha.copy_(state["log_alpha"])
+        self._load_counters(state)
