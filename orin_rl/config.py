@@ -461,10 +461,10 @@ def validate(cfg: Config) -> None:
             raise ConfigError(f"{section}.tau: must be within (0, 1], got {sub.tau}")
     if cfg.dqn.n_step < 1:
         raise ConfigError(f"dqn.n_step: must be >= 1, got {cfg.dqn.n_step}")
-    if cfg.train.algo != "ppo" and (cfg.train.num_agents > 1 or cfg.train.cuda_graphs):
-        raise ConfigError(
-            f"train.algo {cfg.train.algo}: --num-agents and --cuda-graphs are PPO-only for now"
-        )
+    if cfg.train.algo != "ppo" and cfg.train.num_agents > 1:
+        raise ConfigError(f"train.algo {cfg.train.algo}: --num-agents is PPO-only")
+    if cfg.train.algo == "dqn" and cfg.train.cuda_graphs:
+        raise ConfigError("train.cuda_graphs: PPO and SAC only (DQN's target copy is a branch)")
     if cfg.train.num_agents > 1 and cfg.ppo.target_kl is not None:
         raise ConfigError("ppo.target_kl: not supported with train.num_agents > 1; set it to null")
     if cfg.batch_size % cfg.ppo.num_minibatches:

@@ -200,11 +200,18 @@ def main() -> None:
     parser.add_argument("--peer-venv", type=Path, default=ROOT / ".bench-venv")
     parser.add_argument(
         "--suite",
-        choices=["sb3", "gpu"],
+        choices=["sb3", "gpu", "offpolicy"],
         default="sb3",
-        help="sb3: against Stable-Baselines3 on the CPU; gpu: GPU-native path (bench_train_gpu)",
+        help="sb3: PPO against Stable-Baselines3 on the CPU; gpu: GPU-native path "
+        "(bench_train_gpu); offpolicy: SAC and DQN against SB3 (bench_train_offpolicy)",
     )
     args = parser.parse_args()
+    if args.suite == "offpolicy":
+        sys.path.insert(0, str(Path(__file__).parent))
+        from bench_train_offpolicy import main as offpolicy_main
+
+        offpolicy_main(args)
+        return
     if args.suite == "gpu":
         sys.path.insert(0, str(Path(__file__).parent))
         from bench_train_gpu import main as gpu_main

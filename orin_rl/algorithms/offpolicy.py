@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from orin_rl.buffers import PrioritizedReplayBuffer, ReplayBuffer
+from orin_rl.buffers.replay import ReplayBatch
 from orin_rl.envs import StepResult
 from orin_rl.models import PolicySpec
 
@@ -94,8 +95,14 @@ class OffPolicyAlgorithm:
         data_device: torch.device,
         log_every: int,
         n_step: int = 1,
+        graphs: bool = False,
     ):
         self.cfg = cfg
+        self.graphs = graphs
+        """Replay the gradient step from a CUDA graph (SAC on CUDA with uniform replay)."""
+        self._graph: torch.cuda.CUDAGraph | None = None
+        self._static: dict[str, torch.Tensor] = {}
+        self._static_out: torch.Tensor | None = None
         self.spec = spec
         self.device = device
         self.num_envs = num_envs
@@ -160,7 +167,10 @@ class OffPolicyAlgorithm:
         cfg = self.cfg
         if self.env_steps >= cfg.learning_starts and len(self.replay) >= cfg.batch_size:
             for _ in range(cfg.gradient_steps):
-                losses = torch.stack(self._step(self._sample()))
+                batch = self._sample()
+                losses = (
+                    self._graphed_step(batch) if self.graphs else torch.stack(self._step(batch))
+                )
                 self._loss_sums = losses if self._loss_sums is None else self._loss_sums + losses
                 self._loss_count += 1
                 self.grad_steps += 1
@@ -175,6 +185,34 @@ class OffPolicyAlgorithm:
 
     def _sample(self):
         return self.replay.sample(self.cfg.batch_size)
+
+    def _graphed_step(self, batch: ReplayBatch) -> torch.Tensor:
+        """One gradient step as a CUDA graph replay: the sampled batch is copied into static
+        tensors the graph reads. The first call runs the step eagerly on a side stream (the
+        warm-up: it creates gradients and optimizer state) and then captures it."""
+        if self._graph is not None:
+            for name, value in batch.data.items():
+                self._static[name].copy_(value)
+            self._graph.replay()
+            return self._static_out.clone()
+        self._static = {name: value.clone() for name, value in batch.data.items()}
+        static_batch = ReplayBatch(self._static, batch.indices)
+        side = torch.cuda.Stream(self.device)
+        side.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(side):
+            out = torch.stack(self._step(static_batch))
+        torch.cuda.current_stream(self.device).wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        try:
+            with torch.cuda.graph(graph):
+                self._static_out = torch.stack(self._step(static_batch))
+        except Exception as exc:  # slower, not wrong
+            log.warning("CUDA graph capture of the update failed (%s); running eagerly", exc)
+            self.graphs = False
+            return out
+        self._graph = graph
+        log.info("captured the gradient step in a CUDA graph")
+        return out
 
     def _weights(self, batch) -> torch.Tensor | None:
         return batch.weights

@@ -42,8 +42,9 @@ class SAC(OffPolicyAlgorithm):
     loss_names = ("critic", "actor", "alpha", "entropy", "q_mean")
 
     def __init__(self, spec: PolicySpec, cfg: SACConfig, num_envs: int, device, placement,
-                 data_device, log_every: int):  # fmt: skip
-        super().__init__(spec, cfg, num_envs, device, placement, data_device, log_every)
+                 data_device, log_every: int, graphs: bool = False):  # fmt: skip
+        super().__init__(spec, cfg, num_envs, device, placement, data_device, log_every,
+                         graphs=graphs)  # fmt: skip
         self.policy = ActorCritic(spec).to(device)  # its actor is the SAC actor
         obs_dim = math.prod(spec.obs_shape)
         self.q1 = QNetwork(obs_dim, spec.action_dim, list(cfg.hidden_sizes)).to(device)
@@ -52,12 +53,14 @@ class SAC(OffPolicyAlgorithm):
         for p in (*self.q1_target.parameters(), *self.q2_target.parameters()):
             p.requires_grad_(False)
         lr = cfg.learning_rate
-        # Fused Adam: one kernel per step instead of a loop over parameters (small networks).
-        self.actor_opt = torch.optim.Adam(self.policy.actor.parameters(), lr=lr, fused=True)
+        # Fused Adam: one kernel per step instead of a loop over parameters (small networks);
+        # capturable keeps its step counters on the device for the CUDA graph.
+        adam = {"lr": lr, "fused": True, "capturable": graphs}
+        self.actor_opt = torch.optim.Adam(self.policy.actor.parameters(), **adam)
         critic_params = [*self.q1.parameters(), *self.q2.parameters()]
-        self.critic_opt = torch.optim.Adam(critic_params, lr=lr, fused=True)
+        self.critic_opt = torch.optim.Adam(critic_params, **adam)
         self.log_alpha = torch.tensor(math.log(cfg.init_alpha), device=device, requires_grad=True)
-        self.alpha_opt = torch.optim.Adam([self.log_alpha], lr=lr)
+        self.alpha_opt = torch.optim.Adam([self.log_alpha], **adam)
         self.target_entropy = (
             cfg.target_entropy if cfg.target_entropy is not None else -float(spec.action_dim)
         )
@@ -115,7 +118,7 @@ class SAC(OffPolicyAlgorithm):
             q2, target, reduction="none"
         )
         critic_loss = (per_sample * weights).mean() if weights is not None else per_sample.mean()
-        self.critic_opt.zero_grad(set_to_none=True)
+        self.critic_opt.zero_grad(set_to_none=not self.graphs)
         critic_loss.backward()
         self.critic_opt.step()
         self._update_priorities(batch, 0.5 * ((q1 - target).abs() + (q2 - target).abs()))
@@ -123,14 +126,14 @@ class SAC(OffPolicyAlgorithm):
         new_actions, logp = self.sample_action(obs)
         q_new = torch.min(self.q1(obs, new_actions), self.q2(obs, new_actions))
         actor_loss = (self.alpha * logp - q_new).mean()
-        self.actor_opt.zero_grad(set_to_none=True)
+        self.actor_opt.zero_grad(set_to_none=not self.graphs)
         actor_loss.backward()
         self.actor_opt.step()
 
         # J(alpha) = E[-alpha (log pi + target_entropy)]; log alpha keeps alpha positive.
         alpha_loss = -(self.log_alpha * (logp.detach() + self.target_entropy)).mean()
         if cfg.autotune_alpha:
-            self.alpha_opt.zero_grad(set_to_none=True)
+            self.alpha_opt.zero_grad(set_to_none=not self.graphs)
             alpha_loss.backward()
             self.alpha_opt.step()
         polyak_update_(self.q1_target, self.q1, cfg.tau)

@@ -197,7 +197,16 @@ class Trainer:
         common = (self.policy_spec, sub, cfg.env.num_envs, self.device, cfg.buffer.placement,
                   self.env.device, cfg.train.log_every)  # fmt: skip
         if cfg.train.algo == "sac":
-            self.algo = SAC(*common)
+            graphs = cfg.train.cuda_graphs
+            if graphs and (self.device.type != "cuda" or cfg.sac.prioritized):
+                log.warning(
+                    "CUDA graphs off: %s; running eagerly",
+                    "the learner is not on a CUDA device"
+                    if self.device.type != "cuda"
+                    else "prioritized replay updates the sum-tree outside the graph",
+                )
+                graphs = False
+            self.algo = SAC(*common, graphs=graphs)
         else:
             self.algo = DQN(*common, total_steps=cfg.train.total_steps)
         self.policy = self.algo.policy
@@ -490,7 +499,8 @@ class Trainer:
             "buffer_placement": self.buffer.placement,
             "env_backend": cfg.env.backend,
             "precision": cfg.train.precision,
-            "cuda_graphs": self._graph is not None,
+            "cuda_graphs": self._graph is not None
+            or getattr(self.algo, "_graph", None) is not None,
             "compiled": cfg.train.compile,
             "world_size": self.dist.world_size,
             "backend": self.dist.backend or None,

@@ -202,3 +202,15 @@ def test_dqn_solves_cartpole_with_prioritized_replay_and_resumes_with_buffer(tmp
     trainer = Trainer(None, run, resume=True, progress=False)
     assert len(trainer.algo.replay) == stored
     trainer.env.close()
+
+
+@pytest.mark.gpu
+def test_sac_solves_gpu_native_pendulum_with_cuda_graphs(tmp_path):
+    run = tmp_path / "run"
+    proc = orin_rl("--env", "Pendulum-v1", "--algo", "sac", "--device", "cuda", "--env-backend",
+                   "gpu", "--cuda-graphs", "--out", str(run))  # fmt: skip
+    _, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err[-2000:]
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["cuda_graphs"] is True and summary["buffer_placement"] == "device"
+    assert summary["eval_return_mean"] >= -200, summary
