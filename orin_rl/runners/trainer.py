@@ -251,27 +251,12 @@ class Trainer:
             self.use_graphs = blocker is None
             if blocker:
                 log.warning("CUDA graphs off: %s; running eagerly", blocker)
+        args = (self.policy, self.buffer, cfg.ppo, self.num_iterations, self.device)
+        options = {"precision": cfg.train.precision, "capturable": self.use_graphs}
         if self.num_agents > 1:
-            self.algo: Any = MultiAgentPPO(
-                self.policy,
-                self.buffer,
-                cfg.ppo,
-                self.num_iterations,
-                self.device,
-                precision=cfg.train.precision,
-                capturable=self.use_graphs,
-            )
+            self.algo: Any = MultiAgentPPO(*args, **options)
         else:
-            self.algo = PPO(
-                self.policy,
-                self.buffer,
-                cfg.ppo,
-                self.num_iterations,
-                self.device,
-                precision=cfg.train.precision,
-                capturable=self.use_graphs,
-                dist_ctx=self.dist,
-            )
+            self.algo = PPO(*args, **options, dist_ctx=self.dist)
 
     # ------------------------------------------------------------------ the loop
     def learn(self) -> dict[str, Any]:
