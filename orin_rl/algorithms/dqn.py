@@ -21,10 +21,10 @@ class DQN(OffPolicyAlgorithm):
     loss_names = ("td", "q_mean")
 
     def __init__(self, spec: PolicySpec, cfg: DQNConfig, num_envs: int, device, placement,
-                 data_device, log_every: int, total_steps: int):  # fmt: skip
-        super().__init__(
-            spec, cfg, num_envs, device, placement, data_device, log_every, n_step=cfg.n_step
-        )
+                 data_device, log_every: int, total_steps: int,
+                 precision: str = "fp32"):  # fmt: skip
+        super().__init__(spec, cfg, num_envs, device, placement, data_device, log_every,
+                         n_step=cfg.n_step, precision=precision)  # fmt: skip
         self.policy = ActorCritic(spec).to(device)
         self.q = self.policy.actor
         self.q_target = copy.deepcopy(self.q)
@@ -55,20 +55,24 @@ class DQN(OffPolicyAlgorithm):
     def _step(self, batch) -> tuple[torch.Tensor, ...]:
         cfg = self.cfg
         obs, actions, next_obs = batch["obs"].flatten(1), batch["actions"], batch["next_obs"]
-        with torch.no_grad():
+        with torch.no_grad(), self.autocast:
             # Double DQN: the online net picks a', the target net values it.
             best = self.q(next_obs.flatten(1)).argmax(-1, keepdim=True)
-            next_q = self.q_target(next_obs.flatten(1)).gather(-1, best).squeeze(-1)
-            # y = R^(k) + gamma^k (1 - terminated) Q'(s', argmax_a Q(s', a))
-            target = batch["rewards"] + batch["discounts"] * (1 - batch["terminated"]) * next_q
-        q = self.q(obs).gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
+            next_q = self.q_target(next_obs.flatten(1)).float().gather(-1, best).squeeze(-1)
+        # y = R^(k) + gamma^k (1 - terminated) Q'(s', argmax_a Q(s', a)), in fp32
+        target = batch["rewards"] + batch["discounts"] * (1 - batch["terminated"]) * next_q
+        with self.autocast:
+            q_all = self.q(obs).float()
+        q = q_all.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
         per_sample = F.smooth_l1_loss(q, target, reduction="none")
         weights = self._weights(batch)
         loss = (per_sample * weights).mean() if weights is not None else per_sample.mean()
         self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        self.scaler.scale(loss).backward()
+        self.scaler.unscale_(self.optimizer)  # clip the true gradients
         nn.utils.clip_grad_norm_(self.q.parameters(), cfg.max_grad_norm)
-        self.optimizer.step()
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
         self._update_priorities(batch, q.detach() - target)
         if cfg.tau < 1.0:
             polyak_update_(self.q_target, self.q, cfg.tau)

@@ -96,9 +96,17 @@ class OffPolicyAlgorithm:
         log_every: int,
         n_step: int = 1,
         graphs: bool = False,
+        precision: str = "fp32",
     ):
         self.cfg = cfg
         self.graphs = graphs
+        # Mixed precision as in PPO: autocast around the networks (their heads come back fp32),
+        # a gradient scaler only for fp16; no autocast weight cache inside a CUDA graph.
+        dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(precision)
+        self.autocast = torch.autocast(
+            device.type, dtype=dtype, enabled=dtype is not None, cache_enabled=not graphs
+        )
+        self.scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
         """Replay the gradient step from a CUDA graph (SAC on CUDA with uniform replay)."""
         self._graph: torch.cuda.CUDAGraph | None = None
         self._static: dict[str, torch.Tensor] = {}

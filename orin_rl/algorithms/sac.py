@@ -32,7 +32,7 @@ class QNetwork(nn.Module):
         self.net = mlp(obs_dim + action_dim, hidden, 1, "relu", 1.0)
 
     def forward(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
-        return self.net(torch.cat([obs.flatten(1), actions], -1)).squeeze(-1)
+        return self.net(torch.cat([obs.flatten(1), actions], -1)).squeeze(-1).float()
 
 
 class SAC(OffPolicyAlgorithm):
@@ -42,9 +42,10 @@ class SAC(OffPolicyAlgorithm):
     loss_names = ("critic", "actor", "alpha", "entropy", "q_mean")
 
     def __init__(self, spec: PolicySpec, cfg: SACConfig, num_envs: int, device, placement,
-                 data_device, log_every: int, graphs: bool = False):  # fmt: skip
+                 data_device, log_every: int, graphs: bool = False,
+                 precision: str = "fp32"):  # fmt: skip
         super().__init__(spec, cfg, num_envs, device, placement, data_device, log_every,
-                         graphs=graphs)  # fmt: skip
+                         graphs=graphs, precision=precision)  # fmt: skip
         self.policy = ActorCritic(spec).to(device)  # its actor is the SAC actor
         obs_dim = math.prod(spec.obs_shape)
         self.q1 = QNetwork(obs_dim, spec.action_dim, list(cfg.hidden_sizes)).to(device)
@@ -71,7 +72,7 @@ class SAC(OffPolicyAlgorithm):
     # ----------------------------------------------------------------- policy
     def sample_action(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Reparameterised sample: (action in the bounds, log pi(action|obs))."""
-        out = self.policy.actor(obs.flatten(1))
+        out = self.policy.actor(obs.flatten(1)).float()  # fp32 head under autocast
         mean, log_std = out.chunk(2, dim=-1)
         # Soft clamp of log std into [LOG_STD_MIN, LOG_STD_MAX] (keeps gradients).
         log_std = LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (torch.tanh(log_std) + 1)
@@ -104,38 +105,42 @@ class SAC(OffPolicyAlgorithm):
         cfg = self.cfg
         obs, actions, next_obs = batch["obs"], batch["actions"], batch["next_obs"]
         weights = self._weights(batch)
-        with torch.no_grad():
+        scaler = self.scaler
+        with torch.no_grad(), self.autocast:
             next_actions, next_logp = self.sample_action(next_obs)
             next_q = torch.min(
                 self.q1_target(next_obs, next_actions), self.q2_target(next_obs, next_actions)
             )
-            # y = r + gamma^k (1 - terminated) (min Q'(s', a') - alpha log pi(a'|s'))
-            target = batch["rewards"] + batch["discounts"] * (1 - batch["terminated"]) * (
-                next_q - self.alpha * next_logp
-            )
-        q1, q2 = self.q1(obs, actions), self.q2(obs, actions)
+        # y = r + gamma^k (1 - terminated) (min Q'(s', a') - alpha log pi(a'|s')), in fp32
+        target = batch["rewards"] + batch["discounts"] * (1 - batch["terminated"]) * (
+            next_q - self.alpha * next_logp
+        )
+        with self.autocast:
+            q1, q2 = self.q1(obs, actions), self.q2(obs, actions)
         per_sample = F.mse_loss(q1, target, reduction="none") + F.mse_loss(
             q2, target, reduction="none"
         )
         critic_loss = (per_sample * weights).mean() if weights is not None else per_sample.mean()
         self.critic_opt.zero_grad(set_to_none=not self.graphs)
-        critic_loss.backward()
-        self.critic_opt.step()
+        scaler.scale(critic_loss).backward()
+        scaler.step(self.critic_opt)
         self._update_priorities(batch, 0.5 * ((q1 - target).abs() + (q2 - target).abs()))
 
-        new_actions, logp = self.sample_action(obs)
-        q_new = torch.min(self.q1(obs, new_actions), self.q2(obs, new_actions))
+        with self.autocast:
+            new_actions, logp = self.sample_action(obs)
+            q_new = torch.min(self.q1(obs, new_actions), self.q2(obs, new_actions))
         actor_loss = (self.alpha * logp - q_new).mean()
         self.actor_opt.zero_grad(set_to_none=not self.graphs)
-        actor_loss.backward()
-        self.actor_opt.step()
+        scaler.scale(actor_loss).backward()
+        scaler.step(self.actor_opt)
 
         # J(alpha) = E[-alpha (log pi + target_entropy)]; log alpha keeps alpha positive.
         alpha_loss = -(self.log_alpha * (logp.detach() + self.target_entropy)).mean()
         if cfg.autotune_alpha:
             self.alpha_opt.zero_grad(set_to_none=not self.graphs)
-            alpha_loss.backward()
-            self.alpha_opt.step()
+            scaler.scale(alpha_loss).backward()
+            scaler.step(self.alpha_opt)
+        scaler.update()
         polyak_update_(self.q1_target, self.q1, cfg.tau)
         polyak_update_(self.q2_target, self.q2, cfg.tau)
         return (

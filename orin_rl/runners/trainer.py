@@ -206,9 +206,11 @@ class Trainer:
                     else "prioritized replay updates the sum-tree outside the graph",
                 )
                 graphs = False
-            self.algo = SAC(*common, graphs=graphs)
+            self.algo = SAC(*common, graphs=graphs, precision=cfg.train.precision)
         else:
-            self.algo = DQN(*common, total_steps=cfg.train.total_steps)
+            self.algo = DQN(
+                *common, total_steps=cfg.train.total_steps, precision=cfg.train.precision
+            )
         self.policy = self.algo.policy
         self.buffer = self.algo.replay
         self.use_graphs = False

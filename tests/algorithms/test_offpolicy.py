@@ -24,16 +24,17 @@ from tests.runners.test_train_e2e import orin_rl
 CPU = torch.device("cpu")
 
 
-def _dqn(**kw) -> DQN:
+def _dqn(precision: str = "fp32", **kw) -> DQN:
     spec = PolicySpec.from_spaces(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Discrete(2),
                                   hidden_sizes=[8], activation="relu")  # fmt: skip
-    return DQN(spec, DQNConfig(**kw), 1, CPU, "auto", CPU, 1, total_steps=1000)
+    return DQN(spec, DQNConfig(**kw), 1, CPU, "auto", CPU, 1, total_steps=1000,
+               precision=precision)  # fmt: skip
 
 
-def _sac(**kw) -> SAC:
+def _sac(precision: str = "fp32", **kw) -> SAC:
     spec = PolicySpec.from_spaces(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Box(-2, 2, (1,)),
                                   hidden_sizes=[8], activation="relu", squash=True)  # fmt: skip
-    return SAC(spec, SACConfig(**kw), 1, CPU, "auto", CPU, 1)
+    return SAC(spec, SACConfig(**kw), 1, CPU, "auto", CPU, 1, precision=precision)
 
 
 def _fill(algo, n: int, rng: np.random.Generator) -> None:
@@ -214,3 +215,21 @@ def test_sac_solves_gpu_native_pendulum_with_cuda_graphs(tmp_path):
     summary = json.loads((run / "summary.json").read_text())
     assert summary["cuda_graphs"] is True and summary["buffer_placement"] == "device"
     assert summary["eval_return_mean"] >= -200, summary
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+@pytest.mark.parametrize("make", [_sac, _dqn], ids=["sac", "dqn"])
+def test_mixed_precision_updates_run_and_stay_finite(make, precision, rng):
+    """Autocast around the networks (+ GradScaler for fp16) on CPU torch: losses finite and
+    the parameters move."""
+    algo = make(precision=precision)
+    assert algo.autocast.fast_dtype == {"bf16": torch.bfloat16, "fp16": torch.float16}[precision]
+    assert algo.scaler.is_enabled() == (precision == "fp16")
+    _fill(algo, 128, rng)
+    before = [p.detach().clone() for p in algo.policy.actor.parameters()]
+    for _ in range(3):
+        losses = algo._step(algo.replay.sample(32))
+    assert all(torch.isfinite(x).all() for x in losses)
+    moved = [not torch.equal(a, b) for a, b in zip(before, algo.policy.actor.parameters(),
+                                                    strict=True)]  # fmt: skip
+    assert any(moved)
