@@ -111,7 +111,7 @@ class Trainer:
         self.is_main = self.dist.is_main
         self.progress = progress and self.is_main
         if state is None and self.is_main:
-            self._prepare_run_dir(cfg)
+            self._check_run_dir()
         if state is not None and state.get("world_size", 1) != self.dist.world_size:
             raise distributed.DistributedError(
                 f"{self.run_dir} was trained with {state.get('world_size', 1)} processes, this "
@@ -145,6 +145,8 @@ class Trainer:
             self._make_off_policy()
         else:
             self._make_ppo()
+        if state is None and self.is_main:
+            self._create_run_dir(cfg)
         self.agent_returns: list[float] | None = None  # final per-agent evaluation
         self.sync_checks = 0  # bit-identity checks of the parameters across ranks passed
         self._graph: GraphedIteration | None = None
@@ -597,12 +599,17 @@ class Trainer:
         except CheckpointError as exc:
             raise RunFolderError(str(exc)) from None
 
-    def _prepare_run_dir(self, cfg: Config) -> None:
+    def _check_run_dir(self) -> None:
+        """Refuse a non-empty folder before building anything (nothing is written yet)."""
         if self.run_dir.exists() and any(self.run_dir.iterdir()):
             raise RunFolderError(
                 f"{self.run_dir}: run folder is not empty; pass --resume to continue it, "
                 "--overwrite to replace it, or another --out"
             )
+
+    def _create_run_dir(self, cfg: Config) -> None:
+        """Create the folder and config.yaml once envs and algorithm exist, so a bad env id or
+        an algorithm that does not fit the env leaves no half-made run folder behind."""
         self.run_dir.mkdir(parents=True, exist_ok=True)
         config_mod.save(cfg, self.run_dir / "config.yaml")
 

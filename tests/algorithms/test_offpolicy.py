@@ -233,3 +233,25 @@ def test_mixed_precision_updates_run_and_stay_finite(make, precision, rng):
     moved = [not torch.equal(a, b) for a, b in zip(before, algo.policy.actor.parameters(),
                                                     strict=True)]  # fmt: skip
     assert any(moved)
+
+
+@pytest.mark.parametrize(
+    ("env_id", "algo", "message"),
+    [
+        (
+            "CartPole-v1",
+            "sac",
+            "SAC needs continuous actions; CartPole-v1 has Discrete(2): use dqn",
+        ),
+        ("Pendulum-v1", "dqn", "DQN needs discrete actions"),
+    ],
+)
+def test_algorithm_that_does_not_fit_the_env_is_one_line_and_leaves_no_folder(
+    tmp_path, env_id, algo, message
+):
+    run = tmp_path / "run"
+    proc = orin_rl("--env", env_id, "--algo", algo, "--device", "cpu", "--out", str(run))
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 2
+    assert message in err and len(err.strip().splitlines()) == 1
+    assert not run.exists()
