@@ -87,7 +87,23 @@ class PPOConfig:
 
 
 @dataclass
-class SACConfig:
+class ReplayOptions:
+    """Replay options SAC and DQN share (their own sections add the rest)."""
+
+    prioritized: bool = False
+    """Prioritized replay; priorities are |TD error| (SAC: the mean over its twin critics)."""
+    per_alpha: float = 0.6
+    """Prioritization exponent."""
+    per_beta: float = 0.4
+    """Importance-sampling exponent."""
+    save_buffer: bool = False
+    """Put the replay buffer in checkpoint.pt (so a resume keeps its experience)."""
+    save_buffer_max_mb: int = 1024
+    """Largest buffer (MiB) written into a checkpoint; a bigger one is left out, with a log line."""
+
+
+@dataclass
+class SACConfig(ReplayOptions):
     """Soft Actor-Critic (``train.algo: sac``, continuous actions)."""
 
     buffer_size: int = 1_000_000
@@ -114,20 +130,10 @@ class SACConfig:
     """Entropy target of the temperature loss (None: -action_dim)."""
     hidden_sizes: list[int] = field(default_factory=lambda: [256, 256])
     """Hidden widths of the actor and the twin critics."""
-    prioritized: bool = False
-    """Prioritized replay (priorities: the mean |TD error| of the twin critics)."""
-    per_alpha: float = 0.6
-    """Prioritization exponent."""
-    per_beta: float = 0.4
-    """Importance-sampling exponent."""
-    save_buffer: bool = False
-    """Put the replay buffer in checkpoint.pt (so a resume keeps its experience)."""
-    save_buffer_max_mb: int = 1024
-    """Largest buffer (MiB) written into a checkpoint; a bigger one is left out, with a log line."""
 
 
 @dataclass
-class DQNConfig:
+class DQNConfig(ReplayOptions):
     """Double DQN (``train.algo: dqn``, discrete actions)."""
 
     buffer_size: int = 100_000
@@ -160,16 +166,6 @@ class DQNConfig:
     """Gradient-norm clip."""
     hidden_sizes: list[int] = field(default_factory=lambda: [64, 64])
     """Hidden widths of the Q network."""
-    prioritized: bool = False
-    """Prioritized replay (priorities: |TD error|)."""
-    per_alpha: float = 0.6
-    """Prioritization exponent."""
-    per_beta: float = 0.4
-    """Importance-sampling exponent."""
-    save_buffer: bool = False
-    """Put the replay buffer in checkpoint.pt (so a resume keeps its experience)."""
-    save_buffer_max_mb: int = 1024
-    """Largest buffer (MiB) written into a checkpoint; a bigger one is left out, with a log line."""
 
 
 @dataclass
@@ -272,9 +268,12 @@ SECTIONS = ("env", "ppo", "sac", "dqn", "buffer", "train")
 @functools.cache
 def field_docs(cls: type) -> dict[str, str]:
     """Map each field of dataclass ``cls`` to the docstring written under it."""
+    docs: dict[str, str] = {}
+    for base in cls.__mro__[1:]:  # inherited fields keep the docs of the class declaring them
+        if dataclasses.is_dataclass(base):
+            docs.update(field_docs(base))
     tree = ast.parse(inspect.getsource(cls))
     body = tree.body[0].body  # type: ignore[attr-defined]
-    docs: dict[str, str] = {}
     for prev, node in itertools.pairwise(body):
         if (
             isinstance(prev, ast.AnnAssign)
