@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed-stamp
 PIP_ARGS ?=
 DEMO_DIR ?= runs/demo-cartpole
 
-.PHONY: demo test lint format clean install
+.PHONY: demo test lint format clean install lock audit
 
 install: $(STAMP)
 
@@ -31,6 +31,14 @@ test: lint
 format: $(STAMP)
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
+
+# requirements-lock.txt: the exact versions the test environment resolved (CI's CPU torch).
+lock: $(STAMP)
+	$(PY) -m pip freeze --exclude-editable | grep -v '^orin-rl' > requirements-lock.txt
+
+# Known vulnerabilities in the locked dependencies (needs the PyPI/OSV advisory service online).
+audit: $(STAMP)
+	$(VENV)/bin/pip-audit --strict --no-deps --disable-pip -r requirements-lock.txt
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache .ruff_cache
