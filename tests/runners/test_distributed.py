@@ -75,3 +75,18 @@ def test_two_nccl_ranks_solve_on_gpu_native_envs(tmp_path):
     summary = json.loads((run / "summary.json").read_text())
     assert summary["backend"] == "nccl" and summary["param_sync_checks"] > 0
     assert summary["eval_return_mean"] >= 475, summary
+
+
+def test_torchrun_launches_the_train_module(tmp_path):
+    """`torchrun --nproc-per-node 2 -m orin_rl.train ...` (the launcher --nproc wraps) runs a
+    short two-rank gloo training; rank 0 writes the run folder."""
+    run = tmp_path / "run"
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+         "-m", "orin_rl.train", "--env", "CartPole-v1", "--device", "cpu", "--total-steps",
+         "2048", "--no-progress", "--out", str(run), "--set", "train.eval_episodes=2"],
+        capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["world_size"] == 2 and summary["total_steps"] == 2048
