@@ -258,6 +258,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         print(yaml.safe_dump(config_mod.to_dict(cfg), sort_keys=False), end="")
         return 0
     out = args.out or Path("runs") / f"{cfg.env.env_id}-{datetime.now():%Y%m%d-%H%M%S}"
+    if args.nproc is not None and args.nproc < 1:
+        raise UsageError(f"--nproc must be positive, got {args.nproc}")
     if args.nproc is not None and args.nproc > 1 and "WORLD_SIZE" not in os.environ:
         return _launch_torchrun(args, out)
     summary = train(cfg, out, overwrite=args.overwrite, progress=not args.no_progress)
@@ -273,8 +275,6 @@ def _launch_torchrun(args: argparse.Namespace, out: Path) -> int:
 
     from orin_rl.distributed import MULTICAST_OFF
 
-    if args.nproc < 1:
-        raise UsageError(f"--nproc must be positive, got {args.nproc}")
     argv = list(args.raw_argv)
     i = argv.index("--nproc") if "--nproc" in argv else None
     if i is not None:

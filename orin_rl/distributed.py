@@ -110,11 +110,11 @@ def all_gather_rows(x: torch.Tensor, world_size: int) -> torch.Tensor:
     return torch.cat(out)
 
 
-def any_rank(flag: bool, device: torch.device) -> bool:
-    """True on every rank when ``flag`` is true on any rank."""
-    t = torch.tensor([1.0 if flag else 0.0], device=device)
+def any_rank(flags: list[bool], device: torch.device) -> list[bool]:
+    """For each flag: true on every rank when it is true on any rank (one all-reduce)."""
+    t = torch.tensor([1.0 if f else 0.0 for f in flags], device=device)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return bool(t.item())
+    return [bool(v) for v in t.tolist()]
 
 
 def gather_floats(value: float, world_size: int, device: torch.device) -> list[float]:

@@ -94,6 +94,8 @@ class PPO:
         self.transition = Transition()
         self._loss_sums = torch.zeros(len(LOSS_NAMES), device=device)
         self._params = list(policy.parameters())
+        self.value_all_final_obs = False
+        """Value every final observation and select (no boolean indexing), even on the CPU."""
 
     # ----------------------------------------------------------------- rollout verbs
     @torch.inference_mode()
@@ -124,16 +126,13 @@ class PPO:
         t.episode_end = step.terminated | step.truncated
         # Truncated episodes bootstrap from V(true final observation); terminated ones do not.
         cut = step.truncated & ~step.terminated
-        if step.reward.is_cuda:
-            # No host read on the GPU: value every final observation, keep the truncated ones.
-            with self.autocast:
-                final_values = self.policy.value(self.policy.normalize(step.final_obs))
-            bootstrap = torch.where(cut, final_values, 0.0)
+        if step.reward.is_cuda or self.value_all_final_obs:
+            # No host read: value every final observation, keep the truncated ones.
+            bootstrap = torch.where(cut, self.values_of(step.final_obs), 0.0)
         else:
             bootstrap = torch.zeros_like(step.reward, dtype=torch.float32)
             if cut.any():
-                final = self.policy.normalize(step.final_obs[cut])
-                bootstrap[cut] = self.policy.value(final)
+                bootstrap[cut] = self.values_of(step.final_obs[cut])
         t.bootstrap_values = bootstrap
         self.buffer.add(t)
         t.clear()
@@ -141,13 +140,24 @@ class PPO:
     @torch.inference_mode()
     def compute_returns(self, last_obs: torch.Tensor) -> None:
         """GAE advantages and returns for the finished rollout, bootstrapped from ``last_obs``."""
-        last_values = self.policy.value(self.policy.normalize(last_obs))
-        normalize = self.cfg.normalize_advantage
         self.buffer.compute_returns(
-            last_values, self.cfg.gamma, self.cfg.gae_lambda, normalize and not self.dist.enabled
+            self.values_of(last_obs), self.cfg.gamma, self.cfg.gae_lambda, normalize=False
         )
-        if normalize and self.dist.enabled:  # mean and std over every rank's rollout
+        if self.cfg.normalize_advantage:
+            self.normalize_advantages()
+
+    def values_of(self, obs: torch.Tensor) -> torch.Tensor:
+        """(batch,) V of raw (batch, *obs_shape) observations (normaliser applied, no update)."""
+        with self.autocast:
+            return self.policy.value(self.policy.normalize(obs))
+
+    def normalize_advantages(self) -> None:
+        """Advantages to zero mean and unit std over the rollout (over every rank's rollout in
+        a distributed run)."""
+        if self.dist.enabled:
             distributed.normalize_global_(self.buffer.advantages)
+        else:
+            self.buffer.normalize_advantages()
 
     # ------------------------------------------------------------------ update verb
     def learning_rate(self) -> float:

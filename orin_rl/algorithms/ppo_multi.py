@@ -13,7 +13,6 @@ import torch
 from orin_rl.algorithms.ppo import PPO, approx_kl, clipped_surrogate_loss, value_loss
 from orin_rl.buffers import RolloutBuffer
 from orin_rl.config import PPOConfig
-from orin_rl.envs import StepResult
 from orin_rl.models.batched import BatchedActorCritic, per_agent_clip_grad_norm_
 
 
@@ -33,6 +32,7 @@ class MultiAgentPPO(PPO):
         super().__init__(policy, buffer, cfg, num_iterations, device, precision, capturable)
         self.num_agents = policy.num_agents
         self.envs_per_agent = buffer.num_envs // self.num_agents
+        self.value_all_final_obs = True  # a subset of envs would not split into agents
 
     def _split(self, x: torch.Tensor) -> torch.Tensor:
         """(K * N, ...) -> (K, N, ...)."""
@@ -50,30 +50,17 @@ class MultiAgentPPO(PPO):
         t.logprobs, t.values = logprobs.flatten(), values.flatten()
         return t.actions
 
-    @torch.inference_mode()
-    def process_env_step(self, step: StepResult) -> None:
-        """Store the step; truncated episodes bootstrap from V(final obs) (no host read)."""
-        t = self.transition
-        t.rewards = step.reward
-        t.terminated = step.terminated
-        t.episode_end = step.terminated | step.truncated
-        cut = step.truncated & ~step.terminated
+    def values_of(self, obs: torch.Tensor) -> torch.Tensor:
+        """(K * N,) values of raw (K * N, *obs_shape) observations, each by its own agent."""
         with self.autocast:
-            final = self.policy.value(self.policy.normalize(self._split(step.final_obs)))
-        t.bootstrap_values = torch.where(cut, final.flatten(), 0.0)
-        self.buffer.add(t)
-        t.clear()
+            return self.policy.value(self.policy.normalize(self._split(obs))).flatten()
 
-    @torch.inference_mode()
-    def compute_returns(self, last_obs: torch.Tensor) -> None:
-        """GAE per env column, then advantages normalised within each agent's rollout."""
-        last = self.policy.value(self.policy.normalize(self._split(last_obs))).flatten()
-        self.buffer.compute_returns(last, self.cfg.gamma, self.cfg.gae_lambda, normalize=False)
-        if self.cfg.normalize_advantage:
-            adv = self.buffer.advantages.view(self.buffer.num_steps, self.num_agents, -1)
-            mean = adv.mean(dim=(0, 2), keepdim=True)
-            std = adv.std(dim=(0, 2), keepdim=True)
-            adv.sub_(mean).div_(std + 1e-8)
+    def normalize_advantages(self) -> None:
+        """Advantages normalised within each agent's rollout."""
+        adv = self.buffer.advantages.view(self.buffer.num_steps, self.num_agents, -1)
+        mean = adv.mean(dim=(0, 2), keepdim=True)
+        std = adv.std(dim=(0, 2), keepdim=True)
+        adv.sub_(mean).div_(std + 1e-8)
 
     # ------------------------------------------------------------------ update verb
     def _agent_major(self, name: str) -> torch.Tensor:

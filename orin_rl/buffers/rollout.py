@@ -219,7 +219,11 @@ class RolloutBuffer:
         )
         torch.add(self.advantages, values, out=self.returns)
         if normalize:
-            ops.normalize_(self.advantages, view=self._advantages_view)
+            self.normalize_advantages()
+
+    def normalize_advantages(self) -> None:
+        """Advantages to zero mean and unit std in place (the storage device's kernel)."""
+        ops.normalize_(self.advantages, view=self._advantages_view)
 
     def minibatches(self, num_epochs: int) -> Iterator[Batch]:
         """Yield ``num_epochs * num_minibatches`` minibatches, shuffled by torch's global RNG.

@@ -97,7 +97,7 @@ class BatchedActorCritic(nn.Module):
     def act(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Sample: (actions, log-probabilities, values), each with leading (K, B)."""
         dist = self.distribution(obs)
-        actions = dist.sample() if not self.discrete else _sample_categorical(dist)
+        actions = dist.sample()
         return actions, dist.log_prob(actions), self.value(obs)
 
     def evaluate(
@@ -131,16 +131,6 @@ class BatchedActorCritic(nn.Module):
         policy = ActorCritic(self.spec).to(next(self.parameters()).device)
         policy.load_state_dict(self.agent_state_dict(k))
         return policy
-
-
-def _sample_categorical(dist: Categorical) -> torch.Tensor:
-    # torch.multinomial takes 2-D probabilities: flatten the agents, sample, fold back.
-    if dist.log_probs.is_cuda:
-        return dist.sample()  # Gumbel-max works on any leading shape
-    k, b, n = dist.log_probs.shape
-    flat = Categorical.__new__(Categorical)
-    flat.log_probs = dist.log_probs.reshape(k * b, n)
-    return flat.sample().view(k, b)
 
 
 def per_agent_clip_grad_norm_(params: list[nn.Parameter], max_norm: float) -> torch.Tensor:

@@ -20,13 +20,15 @@ class Categorical:
         self.log_probs = torch.log_softmax(logits, dim=-1)
 
     def sample(self) -> torch.Tensor:
-        """(batch,) int64 actions."""
+        """(*batch,) int64 actions (any number of leading axes)."""
         if self.log_probs.is_cuda:
             # Gumbel-max: argmax(log p - log(-log U)) ~ Categorical(p); one fused, sync-free
             # draw that a CUDA graph can capture.
             u = torch.rand_like(self.log_probs).clamp_(min=1e-20)
             return (self.log_probs - torch.log(-torch.log(u))).argmax(-1)
-        return torch.multinomial(self.log_probs.exp(), 1).squeeze(-1)
+        probs = self.log_probs.exp()  # multinomial takes 2-D: flatten the leading axes
+        flat = torch.multinomial(probs.reshape(-1, probs.shape[-1]), 1)
+        return flat.view(probs.shape[:-1])
 
     def log_prob(self, actions: torch.Tensor) -> torch.Tensor:
         """(batch,) log pi(a)."""

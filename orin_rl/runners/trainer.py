@@ -328,8 +328,7 @@ class Trainer:
                         and self.solved_streak >= cfg.train.solved_patience
                     )
                     if self.dist.enabled:  # every rank stops together (rank 0 evaluates)
-                        signalled = distributed.any_rank(signalled, self.device)
-                        solved = distributed.any_rank(solved, self.device)
+                        signalled, solved = distributed.any_rank([signalled, solved], self.device)
                     if it % cfg.train.checkpoint_every == 0 or signalled:
                         self._save(elapsed)
                     if signalled:
@@ -417,25 +416,17 @@ class Trainer:
         cfg = self.cfg
         self.policy.eval()
         try:
+            args = (self.policy, cfg.env.env_id, cfg.train.eval_episodes)
+            kwargs = {
+                "seed": cfg.train.seed + seed_offset,
+                "device": self.device,
+                "max_episode_steps": cfg.env.max_episode_steps,
+            }
             if self.num_agents > 1:
-                per_agent = evaluate_agents(
-                    self.policy,
-                    cfg.env.env_id,
-                    cfg.train.eval_episodes,
-                    seed=cfg.train.seed + seed_offset,
-                    device=self.device,
-                    max_episode_steps=cfg.env.max_episode_steps,
-                )
+                per_agent = evaluate_agents(*args, **kwargs)
                 self.agent_returns = [statistics.fmean(r) for r in per_agent]
                 return [x for r in per_agent for x in r]
-            return evaluate(
-                self.policy,
-                cfg.env.env_id,
-                cfg.train.eval_episodes,
-                seed=cfg.train.seed + seed_offset,
-                device=self.device,
-                max_episode_steps=cfg.env.max_episode_steps,
-            )
+            return evaluate(*args, **kwargs)
         finally:
             self.policy.train()
 

@@ -148,7 +148,7 @@ class ControlLoop:
         remaining = deadline_ns - self.clock()
         if remaining > spin_ns:
             self.sleep((remaining - spin_ns) / 1e9)
-        while self.clock() < deadline_ns:
+        while self.clock() < deadline_ns:  # busy-wait the last spin_us: sleep overshoots
             pass
 
     def run(self) -> LoopResult:

@@ -214,3 +214,17 @@ def test_cuda_step_is_graph_capturable_and_matches_cpu(env_id):
         assert torch.allclose(out.final_obs.cpu(), ref.final_obs, atol=1e-9)
         assert torch.equal(out.terminated.cpu(), ref.terminated)
         assert torch.allclose(out.reward.cpu(), ref.reward, atol=1e-9)
+
+
+def test_base_class_cannot_stand_in_for_an_env():
+    """A subclass that forgets the dynamics is refused at construction, not mid-training."""
+    from orin_rl.envs.gpu.base import TorchVecEnv
+
+    class Half(TorchVecEnv):
+        env_id = "CartPole-v1"
+
+        def _observe(self, state):
+            return state
+
+    with pytest.raises(TypeError, match="_dynamics"):
+        Half(2)

@@ -56,8 +56,7 @@ def test_helpers_in_a_single_process_group(tmp_path):
         before = [p.grad.clone() for p in lin.parameters()]
         distributed.average_gradients(list(lin.parameters()), 1)
         assert all(torch.equal(a, p.grad) for a, p in zip(before, lin.parameters(), strict=True))
-        assert distributed.any_rank(True, torch.device("cpu"))
-        assert not distributed.any_rank(False, torch.device("cpu"))
+        assert distributed.any_rank([True, False], torch.device("cpu")) == [True, False]
         distributed.check_identical(lin, 1)
     finally:
         dist.destroy_process_group()
@@ -90,3 +89,14 @@ def test_torchrun_launches_the_train_module(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads((run / "summary.json").read_text())
     assert summary["world_size"] == 2 and summary["total_steps"] == 2048
+
+
+@pytest.mark.parametrize("bad", ["0", "-2"])
+def test_nproc_below_one_is_one_line(tmp_path, bad):
+    proc = subprocess.run(
+        [sys.executable, "-m", "orin_rl.cli", "train", "--nproc", bad, "--out", str(tmp_path / "r")],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == f"orin-rl train: error: --nproc must be positive, got {bad}"
+    assert not (tmp_path / "r").exists()

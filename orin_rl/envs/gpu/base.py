@@ -8,6 +8,7 @@ which stay on the device until ``pop_episode_stats`` reads them once per log.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from typing import Any, ClassVar
 
 import gymnasium as gym
@@ -16,7 +17,7 @@ import torch
 from orin_rl.envs.base import StepResult
 
 
-class TorchVecEnv:
+class TorchVecEnv(ABC):
     """Base class: a subclass defines the spaces, ``_dynamics``, ``_observe`` and ``_reset_low``
     / ``_reset_high`` (uniform reset bounds per state variable).
 
@@ -68,15 +69,15 @@ class TorchVecEnv:
     _reset_low: ClassVar[tuple[float, ...]]
     _reset_high: ClassVar[tuple[float, ...]]
 
+    @abstractmethod
     def _dynamics(
         self, state: torch.Tensor, actions: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(next state, reward, terminated) for every env; no host reads."""
-        raise NotImplementedError
 
+    @abstractmethod
     def _observe(self, state: torch.Tensor) -> torch.Tensor:
         """(num_envs, obs_dim) observations of ``state``."""
-        raise NotImplementedError
 
     # ------------------------------------------------------------------ VecEnv contract
     def _sample_reset(self) -> torch.Tensor:
@@ -152,5 +153,5 @@ class TorchVecEnv:
             getattr(self, name).copy_(state[name])
         self.generator.set_state(state["generator"])
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - a real no-op: these envs hold no workers or files
         """Nothing to release (no workers)."""
