@@ -1,6 +1,9 @@
-"""GPU-native batched environments: torch tensor ops on CUDA or the CPU (``backend="gpu"``)."""
+"""GPU-native batched environments (``backend="gpu"``): classic control as torch tensor ops,
+and gymnasium's MuJoCo locomotion tasks on MuJoCo Warp physics (extra ``sim``)."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import torch
 
@@ -16,8 +19,22 @@ from orin_rl.envs.gpu.classic import (
 REGISTRY: dict[str, type[TorchVecEnv]] = {
     cls.env_id: cls for cls in (CartPole, Acrobot, Pendulum, MountainCar, MountainCarContinuous)
 }
+"""The classic-control envs written as torch ops."""
+MUJOCO_IDS: tuple[str, ...] = (
+    "Hopper-v5",
+    "HalfCheetah-v5",
+    "Walker2d-v5",
+    "Ant-v5",
+    "Humanoid-v5",
+)
+"""The MuJoCo Warp tasks (``orin_rl.envs.gpu.mjwarp``, imported only when one is made)."""
 
-__all__ = ["REGISTRY", "TorchVecEnv", "make_gpu"]
+__all__ = ["MUJOCO_IDS", "REGISTRY", "TorchVecEnv", "gpu_env_ids", "make_gpu"]
+
+
+def gpu_env_ids() -> list[str]:
+    """Every id ``make_gpu`` accepts."""
+    return sorted(REGISTRY) + list(MUJOCO_IDS)
 
 
 def make_gpu(
@@ -27,13 +44,17 @@ def make_gpu(
     max_episode_steps: int | None = None,
     seed: int | None = None,
     dtype: torch.dtype = torch.float32,
-) -> TorchVecEnv:
+) -> Any:
     """A GPU-native ``env_id`` batch; unknown ids raise an error listing the available ones."""
     from orin_rl.envs.gym_env import EnvError
 
+    if env_id in MUJOCO_IDS:
+        from orin_rl.envs.gpu.mjwarp import TASKS
+
+        return TASKS[env_id](num_envs, device, dtype, max_episode_steps, seed)
     if env_id not in REGISTRY:
         raise EnvError(
             f"{env_id!r} has no GPU-native implementation; available: "
-            f"{', '.join(sorted(REGISTRY))} (use --env-backend gym for the others)"
+            f"{', '.join(gpu_env_ids())} (use --env-backend gym for the others)"
         )
     return REGISTRY[env_id](num_envs, device, dtype, max_episode_steps, seed)

@@ -17,6 +17,53 @@ import torch
 from orin_rl.envs.base import StepResult
 
 
+class EpisodeStats:
+    """Returns and lengths of finished episodes, counted on the device (no host read, so a
+    step that records them can be captured in a CUDA graph); read once per log by ``pop``."""
+
+    def __init__(self, num_envs: int, device: torch.device):
+        kw: dict[str, Any] = {"device": device}
+        self.episode_return = torch.zeros(num_envs, dtype=torch.float64, **kw)
+        self.episode_length = torch.zeros(num_envs, dtype=torch.int64, **kw)
+        self._last_return = torch.zeros(num_envs, dtype=torch.float64, **kw)
+        self._last_length = torch.zeros(num_envs, dtype=torch.int64, **kw)
+        self._finished = torch.zeros(num_envs, dtype=torch.bool, **kw)
+
+    def restart(self) -> None:
+        """Every env starts a new episode (after a full reset)."""
+        self.episode_return.zero_()
+        self.episode_length.zero_()
+
+    def record(self, reward: torch.Tensor, done: torch.Tensor) -> None:
+        """Add one step's (num_envs,) rewards; close the episodes where ``done``."""
+        self.episode_return += reward
+        self.episode_length += 1
+        self._last_return.copy_(torch.where(done, self.episode_return, self._last_return))
+        self._last_length.copy_(torch.where(done, self.episode_length, self._last_length))
+        self._finished |= done
+        self.episode_return.masked_fill_(done, 0.0)
+        self.episode_length.masked_fill_(done, 0)
+
+    def pop(self) -> tuple[list[float], list[int]]:
+        """The latest finished episode's return and length of each env that finished one since
+        the last call (one host read; an env that finished several reports its last)."""
+        finished = self._finished.clone()
+        self._finished.zero_()
+        return self._last_return[finished].tolist(), self._last_length[finished].tolist()
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """The running episodes' return and length (CPU copies, for checkpoints)."""
+        return {
+            "episode_return": self.episode_return.to("cpu", copy=True),
+            "episode_length": self.episode_length.to("cpu", copy=True),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what ``state_dict`` returned."""
+        self.episode_return.copy_(state["episode_return"])
+        self.episode_length.copy_(state["episode_length"])
+
+
 class TorchVecEnv(ABC):
     """Base class: a subclass defines the spaces, ``_dynamics``, ``_observe`` and ``_reset_low``
     / ``_reset_high`` (uniform reset bounds per state variable).
@@ -54,12 +101,7 @@ class TorchVecEnv(ABC):
         kw = {"device": self.device}
         self.state = torch.zeros(num_envs, self.state_dim, dtype=dtype, **kw)
         self.elapsed = torch.zeros(num_envs, dtype=torch.int64, **kw)
-        # Episode statistics, on the device until pop_episode_stats.
-        self.episode_return = torch.zeros(num_envs, dtype=torch.float64, **kw)
-        self.episode_length = torch.zeros(num_envs, dtype=torch.int64, **kw)
-        self._last_return = torch.zeros(num_envs, dtype=torch.float64, **kw)
-        self._last_length = torch.zeros(num_envs, dtype=torch.int64, **kw)
-        self._finished = torch.zeros(num_envs, dtype=torch.bool, **kw)
+        self.stats = EpisodeStats(num_envs, self.device)
         self._reset_bounds = (
             torch.tensor(self._reset_low, dtype=dtype, device=self.device),
             torch.tensor(self._reset_high, dtype=dtype, device=self.device),
@@ -99,8 +141,7 @@ class TorchVecEnv(ABC):
             self.seed = None  # only the first reset uses the constructor's seed
         self.state.copy_(self._sample_reset())
         self.elapsed.zero_()
-        self.episode_return.zero_()
-        self.episode_length.zero_()
+        self.stats.restart()
         return self._observe(self.state)
 
     def step(self, actions: torch.Tensor) -> StepResult:
@@ -112,32 +153,24 @@ class TorchVecEnv(ABC):
         truncated = self.elapsed >= self.max_episode_steps
         done = terminated | truncated
         final_obs = self._observe(next_state)
-        self.episode_return += reward
-        self.episode_length += 1
-        self._last_return.copy_(torch.where(done, self.episode_return, self._last_return))
-        self._last_length.copy_(torch.where(done, self.episode_length, self._last_length))
-        self._finished |= done
-        self.episode_return.masked_fill_(done, 0.0)
-        self.episode_length.masked_fill_(done, 0)
+        self.stats.record(reward, done)
         self.elapsed.masked_fill_(done, 0)
         self.state.copy_(torch.where(done.unsqueeze(-1), self._sample_reset(), next_state))
         obs = self._observe(self.state)
         return StepResult(obs, reward, terminated, truncated, final_obs)
 
     def pop_episode_stats(self) -> tuple[list[float], list[int]]:
-        """The latest finished episode's return and length of each env that finished one since
-        the last call (one host read; an env that finished several reports its last)."""
-        finished = self._finished.clone()
-        self._finished.zero_()
-        returns = self._last_return[finished].tolist()
-        lengths = self._last_length[finished].tolist()
-        return returns, lengths
+        """See ``EpisodeStats.pop``."""
+        return self.stats.pop()
 
     def get_state(self) -> dict[str, Any]:
         """Everything a step depends on (for an exact resume), as CPU tensors."""
-        names = ("state", "elapsed", "episode_return", "episode_length")
-        saved: dict[str, Any] = {n: getattr(self, n).to("cpu", copy=True) for n in names}
-        saved["generator"] = self.generator.get_state()
+        saved: dict[str, Any] = {
+            "state": self.state.to("cpu", copy=True),
+            "elapsed": self.elapsed.to("cpu", copy=True),
+            **self.stats.state_dict(),
+            "generator": self.generator.get_state(),
+        }
         return saved
 
     def set_state(self, state: dict[str, Any]) -> None:
@@ -149,8 +182,9 @@ class TorchVecEnv(ABC):
                 f"environment state {tuple(state['state'].shape)} does not match these "
                 f"{self.num_envs} {self.env_id} envs"
             )
-        for name in ("state", "elapsed", "episode_return", "episode_length"):
-            getattr(self, name).copy_(state[name])
+        self.state.copy_(state["state"])
+        self.elapsed.copy_(state["elapsed"])
+        self.stats.load_state_dict(state)
         self.generator.set_state(state["generator"])
 
     def close(self) -> None:  # noqa: B027 - a real no-op: these envs hold no workers or files
