@@ -14,6 +14,7 @@ from orin_rl.buffers import RolloutBuffer, Transition
 from orin_rl.config import PPOConfig
 from orin_rl.envs import StepResult
 from orin_rl.models import ActorCritic
+from orin_rl.models.normalizer import RewardNormalizer
 
 
 def clipped_surrogate_loss(
@@ -96,6 +97,16 @@ class PPO:
         self._params = list(policy.parameters())
         self.value_all_final_obs = False
         """Value every final observation and select (no boolean indexing), even on the CPU."""
+        self.reward_normalizer = (
+            RewardNormalizer(
+                buffer.num_envs,
+                cfg.gamma,
+                cfg.reward_clip,
+                groups=getattr(policy, "num_agents", 1),  # each agent its own statistics
+            ).to(device)
+            if cfg.normalize_reward
+            else None
+        )
 
     # ----------------------------------------------------------------- rollout verbs
     @torch.inference_mode()
@@ -121,9 +132,13 @@ class PPO:
     def process_env_step(self, step: StepResult) -> None:
         """Record the env's answer to the last ``act`` and store the transition."""
         t = self.transition
-        t.rewards = step.reward
         t.terminated = step.terminated
         t.episode_end = step.terminated | step.truncated
+        t.rewards = step.reward
+        if self.reward_normalizer is not None:
+            ws = self.dist.world_size
+            gather = (lambda x: distributed.all_gather_rows(x, ws)) if self.dist.enabled else None
+            t.rewards = self.reward_normalizer(step.reward, t.episode_end, gather)
         # Truncated episodes bootstrap from V(true final observation); terminated ones do not.
         cut = step.truncated & ~step.terminated
         if step.reward.is_cuda or self.value_all_final_obs:
@@ -250,6 +265,11 @@ class PPO:
             "optimizer": self.optimizer.state_dict(),
             "scaler": self.scaler.state_dict(),
             "iteration": self.iteration,
+            **(
+                {"reward_normalizer": self.reward_normalizer.state_dict()}
+                if self.reward_normalizer is not None
+                else {}
+            ),
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -261,4 +281,6 @@ class PPO:
                 group["lr"] = torch.as_tensor(group["lr"], device=self.device).clone()
         if state.get("scaler"):
             self.scaler.load_state_dict(state["scaler"])
+        if self.reward_normalizer is not None and "reward_normalizer" in state:
+            self.reward_normalizer.load_state_dict(state["reward_normalizer"])
         self.iteration = int(state["iteration"])

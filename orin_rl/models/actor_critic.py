@@ -34,6 +34,8 @@ class PolicySpec:
     """Whether a running observation normaliser is applied before the MLPs."""
     init_log_std: float = 0.0
     """Initial log std of the Gaussian head."""
+    obs_clip: float = 10.0
+    """Normalised observations are clipped to +-obs_clip."""
     action_low: list[float] | None = None
     """Lower action bounds (continuous)."""
     action_high: list[float] | None = None
@@ -102,7 +104,9 @@ class ActorCritic(nn.Module):
         self.critic = mlp(obs_dim, spec.hidden_sizes, 1, spec.activation, 1.0)
         if not self.discrete:
             self.log_std = nn.Parameter(torch.full((spec.action_dim,), spec.init_log_std))
-        self.obs_normalizer = ObsNormalizer(tuple(spec.obs_shape)) if spec.normalize_obs else None
+        self.obs_normalizer = (
+            ObsNormalizer(tuple(spec.obs_shape), clip=spec.obs_clip) if spec.normalize_obs else None
+        )
 
     def normalize(self, obs: torch.Tensor, update: bool = False) -> torch.Tensor:
         """Apply the observation normaliser (updating it first when ``update``)."""

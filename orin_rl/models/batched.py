@@ -66,7 +66,9 @@ class BatchedActorCritic(nn.Module):
             self.log_std = nn.Parameter(torch.stack([m.log_std.detach() for m in members]))
         # Statistics shaped (K, *obs_shape): a (B, K, *obs_shape) batch updates every agent.
         self.obs_normalizer = (
-            ObsNormalizer((num_agents, *spec.obs_shape)) if spec.normalize_obs else None
+            ObsNormalizer((num_agents, *spec.obs_shape), clip=spec.obs_clip)
+            if spec.normalize_obs
+            else None
         )
 
     def normalize(self, obs: torch.Tensor, update: bool = False) -> torch.Tensor:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
+
 import torch
 from torch import nn
 
@@ -44,3 +47,47 @@ class ObsNormalizer(nn.Module):
         """Normalise ``x`` with the current statistics (no update)."""
         scale = torch.rsqrt(self.var + self.eps).to(x.dtype)
         return ((x - self.mean.to(x.dtype)) * scale).clamp(-self.clip, self.clip)
+
+
+class RewardNormalizer(nn.Module):
+    """Rewards divided by the running std of the discounted return (what Stable-Baselines3's
+    ``VecNormalize`` and gymnasium's ``NormalizeReward`` do), then clipped.
+
+    Per env the return ``G_t = gamma * G_{t-1} + r_t`` restarts at episode ends; its running
+    variance (float64, Chan's update, over every env's G of each step) gives the scale:
+    ``clamp(r / sqrt(Var[G] + eps), -clip, clip)``. With ``groups`` > 1 the envs split into
+    that many equal consecutive blocks (agents) with statistics of their own.
+    """
+
+    def __init__(
+        self, num_envs: int, gamma: float, clip: float = 10.0, eps: float = 1e-8, groups: int = 1
+    ):
+        super().__init__()
+        if num_envs % groups:
+            raise ValueError(f"{num_envs} envs do not split into {groups} equal groups")
+        self.gamma, self.clip, self.eps, self.groups = gamma, clip, eps, groups
+        shape = (groups,) if groups > 1 else ()
+        self.stats = ObsNormalizer(shape, eps=eps, clip=math.inf)
+        self.register_buffer("returns", torch.zeros(num_envs, dtype=torch.float64))
+
+    def _per_group(self, x: torch.Tensor) -> torch.Tensor:
+        """(num_envs,) -> (envs per group, groups) samples of the group statistics."""
+        return x.view(self.groups, -1).transpose(0, 1) if self.groups > 1 else x
+
+    @torch.no_grad()
+    def forward(
+        self,
+        reward: torch.Tensor,
+        episode_end: torch.Tensor,
+        gather: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    ) -> torch.Tensor:
+        """Scale one step's (num_envs,) rewards and fold the returns into the statistics;
+        ``gather`` stacks every rank's returns (a distributed run keeps one statistic)."""
+        self.returns.mul_(self.gamma).add_(reward.to(torch.float64))
+        samples = self._per_group(self.returns)
+        self.stats.update(gather(samples) if gather is not None else samples)
+        scale = torch.rsqrt(self.stats.var + self.eps)
+        if self.groups > 1:
+            scale = scale.repeat_interleave(reward.shape[0] // self.groups)
+        self.returns.masked_fill_(episode_end, 0.0)
+        return (reward * scale.to(reward.dtype)).clamp(-self.clip, self.clip)

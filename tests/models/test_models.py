@@ -8,6 +8,7 @@ import torch
 
 from orin_rl.models import ActorCritic, ObsNormalizer, PolicySpec
 from orin_rl.models.distributions import Categorical, DiagGaussian
+from orin_rl.models.normalizer import RewardNormalizer
 
 
 def test_normalizer_matches_numpy_over_batches(rng):
@@ -51,3 +52,37 @@ def test_actor_critic_shapes(kind):
     assert actions.shape == ((7,) if kind == "discrete" else (7, 2))
     assert logp.shape == values.shape == (7,)
     assert policy.act_deterministic(obs).shape == actions.shape
+
+
+class TestRewardNormalizer:
+    """Rewards divided by the running std of the discounted return (VecNormalize)."""
+
+    def test_three_steps_by_hand(self):
+        # gamma 0.5, one env, rewards 2, 4, 8; the episode ends after the second step.
+        # G: 2, then 0.5 * 2 + 4 = 5 (episode ends: G -> 0), then 8.
+        # Var over the G seen so far: [2] -> 0; [2, 5] -> 2.25; [2, 5, 8] -> 6.
+        norm = RewardNormalizer(1, gamma=0.5, clip=100.0, eps=0.0)
+        end = torch.tensor([False])
+        first = norm(torch.tensor([2.0]), end)
+        assert first.item() == 100.0  # 2 / sqrt(0): clipped
+        second = norm(torch.tensor([4.0]), torch.tensor([True]))
+        assert second.item() == pytest.approx(4.0 / 1.5)
+        assert norm.returns.item() == 0.0  # restarted at the episode end
+        third = norm(torch.tensor([8.0]), end)
+        assert third.item() == pytest.approx(8.0 / 6.0**0.5)
+
+    def test_clip(self):
+        norm = RewardNormalizer(2, gamma=0.9, clip=0.5)
+        out = norm(torch.tensor([100.0, -100.0]), torch.tensor([False, False]))
+        assert out.tolist() == [0.5, -0.5]
+
+    def test_groups_keep_statistics_of_their_own(self, rng):
+        """Two groups of three envs scale like two separate normalisers."""
+        both = RewardNormalizer(6, gamma=0.9, groups=2)
+        a, b = RewardNormalizer(3, gamma=0.9), RewardNormalizer(3, gamma=0.9)
+        for _ in range(20):
+            r = torch.from_numpy(rng.normal(size=6) * np.array([1, 1, 1, 50, 50, 50]))
+            end = torch.from_numpy(rng.random(6) < 0.1)
+            got = both(r.float(), end)
+            expected = torch.cat((a(r[:3].float(), end[:3]), b(r[3:].float(), end[3:])))
+            assert torch.allclose(got, expected, rtol=1e-5)
