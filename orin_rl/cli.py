@@ -112,6 +112,11 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--overwrite", action="store_true", help="replace an existing run folder")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--print-config", action="store_true", help="print the config and exit")
+    p.add_argument(
+        "--no-preset",
+        action="store_true",
+        help="start from the dataclass defaults, not the environment's preset (orin_rl/presets.py)",
+    )
 
 
 def _add_export(sub: argparse._SubParsersAction) -> None:
@@ -227,7 +232,11 @@ def train_config(args: argparse.Namespace) -> Config:
         file_data = config_mod.read_yaml_mapping(args.config)
     env_id = args.env or (file_data.get("env") or {}).get("env_id") or Config().env.env_id
     algo = args.algo or (file_data.get("train") or {}).get("algo") or "ppo"
-    preset = [f"{k}={json.dumps(v)}" for k, v in preset_overrides(env_id, algo).items()]
+    backend = args.env_backend or (file_data.get("env") or {}).get("backend") or "gym"
+    chosen = preset_overrides(env_id, algo, backend)
+    if args.no_preset:  # only what selects the env and the algorithm
+        chosen = {k: v for k, v in chosen.items() if k in ("env.env_id", "train.algo")}
+    preset = [f"{k}={json.dumps(v)}" for k, v in chosen.items()]
     cfg = config_mod.apply_overrides(Config(), preset)
     if file_data:
         try:
@@ -247,7 +256,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     from orin_rl.runners import train
 
     if args.resume is not None:
-        if args.config or args.set or any(getattr(args, n) is not None for n in TRAIN_FLAGS):
+        flags_given = any(getattr(args, n) is not None for n in TRAIN_FLAGS)
+        if args.config or args.set or args.no_preset or flags_given:
             raise UsageError(
                 "--resume continues the run with its saved config.yaml; drop the other options"
             )
@@ -304,6 +314,10 @@ def _report(summary: dict[str, Any]) -> int:
         rows.append(
             ("eval return", f"{mean:.1f} ± {std:.1f} over {summary['eval_episodes']} episodes")
         )
+    if summary.get("gym_eval_return_mean") is not None:  # trained on GPU physics
+        rows[-1] = (f"eval return ({summary['eval_physics']})", rows[-1][1])
+        gym_mean, gym_std = summary["gym_eval_return_mean"], summary["gym_eval_return_std"]
+        rows.append(("eval return (gymnasium)", f"{gym_mean:.1f} ± {gym_std:.1f}"))
     if summary["solved_threshold"] is not None:
         solved = summary["solved_at"]
         when = (

@@ -35,9 +35,11 @@ class EnvConfig:
     num_envs: int = 8
     """Number of parallel environments stepped as one batch."""
     backend: Literal["gym", "gpu"] = "gym"
-    """Environment implementation: `gym` wraps gymnasium.vector; `gpu` steps GPU-native torch
-    environments on the learner's device (CartPole-v1, Acrobot-v1, Pendulum-v1, MountainCar-v0,
-    MountainCarContinuous-v0), so a rollout never leaves the GPU."""
+    """Environment implementation: `gym` wraps gymnasium.vector; `gpu` steps GPU-native
+    environments on the learner's device, so a rollout never leaves the GPU: torch ones for
+    CartPole-v1, Acrobot-v1, Pendulum-v1, MountainCar-v0, MountainCarContinuous-v0, and
+    MuJoCo Warp physics for Hopper-v5, HalfCheetah-v5, Walker2d-v5, Ant-v5, Humanoid-v5
+    (extra `sim`)."""
     vectorization: Literal["sync", "async"] = "sync"
     """gymnasium vectorisation: `sync` steps in this process, `async` in worker processes."""
     max_episode_steps: int | None = None
@@ -78,6 +80,14 @@ class PPOConfig:
     """Stop the update's epochs early when the approximate KL exceeds this (None: never)."""
     normalize_obs: bool = False
     """Keep a running mean/std of observations and feed the policy normalised inputs."""
+    obs_clip: float = 10.0
+    """Normalised observations are clipped to +-obs_clip (also inside the exported ONNX)."""
+    normalize_reward: bool = False
+    """Divide rewards by the running std of the discounted return, as Stable-Baselines3's
+    VecNormalize does (the logged episode returns stay raw). Locomotion needs it: raw returns
+    in the thousands leave the value loss to dominate and the clipped value step too small."""
+    reward_clip: float = 10.0
+    """Normalised rewards are clipped to +-reward_clip."""
     hidden_sizes: list[int] = field(default_factory=lambda: [64, 64])
     """Hidden layer widths of the actor and the critic MLPs."""
     activation: Literal["tanh", "relu", "elu"] = "tanh"
@@ -202,6 +212,9 @@ class TrainConfig:
     """Episodes in each deterministic evaluation."""
     stop_at_threshold: bool = False
     """End training as soon as a periodic evaluation reaches the solved threshold."""
+    max_wall_s: float | None = None
+    """End training after this many seconds of this process's loop (with the final evaluation
+    and checkpoint as usual, stop reason `max_wall_s`); None: no time limit."""
     solved_patience: int = 2
     """Consecutive solved periodic evaluations (each on new episodes) before stopping early."""
     solved_threshold: float | None = None
@@ -437,12 +450,16 @@ def validate(cfg: Config) -> None:
         "ppo.learning_rate": cfg.ppo.learning_rate,
         "ppo.clip_coef": cfg.ppo.clip_coef,
         "ppo.max_grad_norm": cfg.ppo.max_grad_norm,
+        "ppo.obs_clip": cfg.ppo.obs_clip,
+        "ppo.reward_clip": cfg.ppo.reward_clip,
     }.items():
         if not value > 0:
             raise ConfigError(f"{key}: must be positive, got {value}")
     for key, value in {"ppo.gamma": cfg.ppo.gamma, "ppo.gae_lambda": cfg.ppo.gae_lambda}.items():
         if not 0.0 <= value <= 1.0:
             raise ConfigError(f"{key}: must be within [0, 1], got {value}")
+    if cfg.train.max_wall_s is not None and not cfg.train.max_wall_s > 0:
+        raise ConfigError(f"train.max_wall_s: must be positive, got {cfg.train.max_wall_s}")
     if cfg.train.eval_every < 0 or cfg.train.torch_threads < 0:
         raise ConfigError("train.eval_every and train.torch_threads must be >= 0")
     if cfg.env.max_episode_steps is not None and cfg.env.max_episode_steps <= 0:

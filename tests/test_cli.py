@@ -23,6 +23,20 @@ def test_precedence_preset_file_flag_set(tmp_path):
     assert cfg.ppo.num_steps == 16  # --set beats all
 
 
+@pytest.mark.parametrize(
+    ("argv", "num_envs", "minibatches", "normalize_reward"),
+    [
+        (["--env", "Hopper-v5"], 16, 32, True),  # the CPU-physics preset
+        (["--env", "Hopper-v5", "--env-backend", "gpu"], 4096, 16, True),  # GPU physics
+        (["--env", "Hopper-v5", "--no-preset"], 8, 4, False),  # the dataclass defaults
+    ],
+)
+def test_presets_follow_env_and_backend(argv, num_envs, minibatches, normalize_reward):
+    cfg = cli.train_config(cli.build_parser().parse_args(["train", *argv]))
+    assert cfg.env.num_envs == num_envs and cfg.ppo.num_minibatches == minibatches
+    assert cfg.ppo.normalize_reward is normalize_reward and cfg.env.env_id == "Hopper-v5"
+
+
 def test_print_config(capsys):
     assert cli.main(["train", "--env", "CartPole-v1", "--print-config"]) == 0
     assert "env_id: CartPole-v1" in capsys.readouterr().out

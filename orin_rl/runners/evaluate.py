@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import torch
 
@@ -41,6 +43,21 @@ def evaluate(
         finally:
             env.close()
     return returns
+
+
+@torch.inference_mode()
+def evaluate_batch(policy: ActorCritic, env: Any, seed: int) -> list[float]:
+    """First-episode returns of every env of a GPU-native batch ``env`` under the deterministic
+    policy (one episode per env, one host read at the end)."""
+    obs = env.reset(seed=seed)
+    total = torch.zeros(env.num_envs, dtype=torch.float64, device=env.device)
+    done = torch.zeros(env.num_envs, dtype=torch.bool, device=env.device)
+    for _ in range(env.max_episode_steps):  # every first episode ends by the time limit
+        step = env.step(policy.act_deterministic(policy.normalize(obs)))
+        total += torch.where(done, 0.0, step.reward.double())
+        done |= step.terminated | step.truncated
+        obs = step.obs
+    return total.tolist()
 
 
 @torch.inference_mode()

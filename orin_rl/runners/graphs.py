@@ -75,7 +75,9 @@ class GraphedIteration:
         else:
             raise RuntimeError("this torch cannot capture a custom generator in a CUDA graph")
         torch.cuda.synchronize()
-        with torch.cuda.graph(self.graph):
+        # Envs whose kernels come from another library (MuJoCo Warp) tell it about the capture.
+        scope = getattr(self.env, "capture_scope", contextlib.nullcontext)
+        with torch.cuda.graph(self.graph), scope():
             self._iteration()
         torch.cuda.synchronize()
 

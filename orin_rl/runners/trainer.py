@@ -33,10 +33,11 @@ from orin_rl.algorithms.sac import SAC
 from orin_rl.buffers import RolloutBuffer
 from orin_rl.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from orin_rl.config import Config
+from orin_rl.envs.gpu import MUJOCO_IDS, make_gpu
 from orin_rl.errors import OrinError
 from orin_rl.models import ActorCritic, PolicySpec
 from orin_rl.models.batched import BatchedActorCritic
-from orin_rl.runners.evaluate import evaluate, evaluate_agents
+from orin_rl.runners.evaluate import evaluate, evaluate_agents, evaluate_batch
 from orin_rl.runners.graphs import GraphedIteration, graph_blocker, nvtx_range
 from orin_rl.runners.logger import MetricsLogger, plot_curve, read_metrics
 
@@ -150,6 +151,7 @@ class Trainer:
         self.agent_returns: list[float] | None = None  # final per-agent evaluation
         self.sync_checks = 0  # bit-identity checks of the parameters across ranks passed
         self._graph: GraphedIteration | None = None
+        self._eval_envs: Any = None  # the GPU-physics evaluation batch, made on first use
         if cfg.train.compile:
             self._compile()
         self.threshold = (
@@ -161,6 +163,7 @@ class Trainer:
         self.time_offset = 0.0  # wall time spent by earlier processes of a resumed run
         self.solved_at: dict[str, float] | None = None
         self.solved_streak = 0  # consecutive solved periodic evaluations
+        self.eval_time_s = 0.0  # spent in periodic evaluations by this process
         self.episode_window: deque[float] = deque(maxlen=100)  # returns behind the mean
         self._obs: torch.Tensor | None = None  # the observation the next step acts on
         self._restored_obs: torch.Tensor | None = None
@@ -226,6 +229,7 @@ class Trainer:
             activation=cfg.ppo.activation,
             normalize_obs=cfg.ppo.normalize_obs,
             init_log_std=cfg.ppo.init_log_std,
+            obs_clip=cfg.ppo.obs_clip,
         )
         self.policy = (
             BatchedActorCritic(self.policy_spec, self.num_agents)
@@ -337,6 +341,10 @@ class Trainer:
                     if solved:
                         stop_reason = "solved"
                         break
+                    limit = cfg.train.max_wall_s
+                    if limit is not None and time.perf_counter() - start >= limit:
+                        stop_reason = "max_wall_s"
+                        break
         except BaseException:
             if self.monitor is not None:  # never leave a tegrastats process behind
                 self.monitor.stop()
@@ -402,7 +410,9 @@ class Trainer:
     def _periodic_eval(self, record: dict[str, Any], elapsed: float) -> None:
         # New episodes each time (seeds move with the iteration), so a streak of solved
         # evaluations is not one lucky set of start states seen again and again.
+        started = time.perf_counter()
         returns = self._evaluate(seed_offset=10_000 + 1_000 * self.algo.iteration)
+        self.eval_time_s += time.perf_counter() - started
         record["eval/return_mean"] = statistics.fmean(returns)
         record["eval/return_std"] = statistics.pstdev(returns)
         solved = self.threshold is not None and record["eval/return_mean"] >= self.threshold
@@ -426,9 +436,49 @@ class Trainer:
                 per_agent = evaluate_agents(*args, **kwargs)
                 self.agent_returns = [statistics.fmean(r) for r in per_agent]
                 return [x for r in per_agent for x in r]
+            if self.eval_on_training_physics:
+                return evaluate_batch(self.policy, self._eval_env(), kwargs["seed"])
             return evaluate(*args, **kwargs)
         finally:
             self.policy.train()
+
+    @property
+    def eval_on_training_physics(self) -> bool:
+        """MuJoCo tasks trained on GPU physics are evaluated on it (a batch of eval_episodes
+        worlds on the learner's device); gymnasium's CPU MuJoCo is the final sim-to-sim check."""
+        return self.cfg.env.backend == "gpu" and self.cfg.env.env_id in MUJOCO_IDS
+
+    def _eval_env(self) -> Any:
+        if self._eval_envs is None:  # built once: its kernels and Warp graphs are reused
+            cfg = self.cfg
+            self._eval_envs = make_gpu(
+                cfg.env.env_id, cfg.train.eval_episodes, self.device, cfg.env.max_episode_steps
+            )
+        return self._eval_envs
+
+    def _gym_eval(self) -> dict[str, Any]:
+        """The deployed-physics check of a GPU-physics run: the same deterministic policy on
+        gymnasium's own (CPU MuJoCo) env."""
+        if not self.eval_on_training_physics:
+            return {}
+        cfg = self.cfg
+        self.policy.eval()
+        try:
+            returns = evaluate(
+                self.policy,
+                cfg.env.env_id,
+                cfg.train.eval_episodes,
+                seed=cfg.train.seed + 2**30,
+                device=self.device,
+                max_episode_steps=cfg.env.max_episode_steps,
+            )
+        finally:
+            self.policy.train()
+        return {
+            "eval_physics": "mujoco_warp",
+            "gym_eval_return_mean": statistics.fmean(returns),
+            "gym_eval_return_std": statistics.pstdev(returns),
+        }
 
     def _memory_stats(self) -> dict[str, float]:
         if self.device.type != "cuda":
@@ -463,6 +513,7 @@ class Trainer:
             "iterations": self.algo.iteration,
             "wall_time_s": round(elapsed, 3),
             "steps_per_s": (self.global_step - start_step) / max(session_time, 1e-9),
+            "eval_time_s": round(self.eval_time_s, 3),
             "eval_return_mean": statistics.fmean(eval_returns) if eval_returns else None,
             "eval_return_std": statistics.pstdev(eval_returns) if eval_returns else None,
             "eval_episodes": len(eval_returns),
@@ -503,6 +554,7 @@ class Trainer:
                 (self.global_step - start_step) / max(session_time, 1e-9),
                 "steps_per_s",
             ),
+            **({} if interrupted else self._gym_eval()),
         }
         (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
         try:
