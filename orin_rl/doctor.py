@@ -147,6 +147,7 @@ def checks() -> list[Check]:
                 "on a Jetson: JetPack's TensorRT in a --system-site-packages venv (jetson/)",
             )
         )
+    rows.append(gpu_physics_check(info.is_jetson))
     if info.is_jetson:
         rows.append(Check("jetson", "ok", f"{info.model}; L4T {info.l4t}; JetPack {info.jetpack}"))
         try:
@@ -167,6 +168,35 @@ def checks() -> list[Check]:
         placement, reason = resolve_placement("auto", device)
         rows.append(Check("buffer placement", "info", f"auto → {placement} ({reason})"))
     return rows
+
+
+def gpu_physics_check(is_jetson: bool = False) -> Check:
+    """MuJoCo Warp (``--env-backend gpu`` for the MuJoCo tasks): versions, and whether Warp
+    sees a CUDA device (without one it runs on Warp's CPU device: correct, but slow)."""
+    missing = [m for m in ("warp", "mujoco", "mujoco_warp") if importlib.util.find_spec(m) is None]
+    if missing:
+        step = (
+            "bash jetson/setup.sh installs warp-lang for JetPack's CUDA and the extra"
+            if is_jetson
+            else "pip install 'orin-rl[sim]'"
+        )
+        return Check("gpu physics", "missing", f"{', '.join(missing)} not installed", step)
+    try:
+        import warp as wp
+
+        wp.config.log_level = wp.LOG_WARNING  # no banner in the table
+        import mujoco
+        import mujoco_warp
+
+        cuda = wp.get_cuda_device_count()
+    except Exception as exc:  # installed but broken: say how
+        return Check("gpu physics", "warn", f"MuJoCo Warp does not import: {exc}", "")
+    where = f"{cuda} CUDA device(s)" if cuda else "no CUDA device: Warp's CPU device (slow)"
+    detail = (
+        f"warp {wp.config.version}, mujoco {mujoco.__version__}, mujoco_warp "
+        f"{mujoco_warp.__version__}; {where}"
+    )
+    return Check("gpu physics", "ok" if cuda else "info", detail)
 
 
 def table(rows: list[Check]) -> str:

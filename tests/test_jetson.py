@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import stat
@@ -217,10 +218,29 @@ def test_doctor_on_this_box(capsys):
         "onnxruntime",
         "tensorrt",
         "jetson",
+        "gpu physics",
         "buffer placement",
     ):
         assert item in out
     assert "CPUExecutionProvider" in out
+
+
+def test_doctor_reports_gpu_physics(monkeypatch):
+    from orin_rl import doctor
+
+    row = doctor.gpu_physics_check()
+    if importlib.util.find_spec("mujoco_warp") is not None:
+        assert row.status in {"ok", "info"} and "mujoco_warp" in row.detail
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        doctor.importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "mujoco_warp" else real_find_spec(name, *a),
+    )
+    missing = doctor.gpu_physics_check()
+    assert missing.status == "missing" and "mujoco_warp" in missing.detail
+    assert "orin-rl[sim]" in missing.next_step
+    assert "jetson/setup.sh" in doctor.gpu_physics_check(is_jetson=True).next_step
 
 
 def test_doctor_json_validates(capsys):
