@@ -121,11 +121,13 @@ def test_hopper_under_cuda_graphs_follows_the_eager_run(tmp_path):
                 "ppo.num_steps": 16,
                 "train.total_steps": 4 * 512 * 16,
                 "train.eval_episodes": 8,
+                "train.log_every": 1,
             }
         )
         summary = train(cfg, tmp_path / str(graphs), progress=False)
         assert summary["cuda_graphs"] is graphs
         runs[graphs] = read_metrics(tmp_path / str(graphs) / "metrics.jsonl")
+    assert len(runs[False]) == len(runs[True]) == 4
     for a, b in zip(runs[False], runs[True], strict=True):
         assert math.isfinite(b["losses/value"])
         assert a["losses/value"] == pytest.approx(b["losses/value"], rel=5e-2, abs=1e-3)
