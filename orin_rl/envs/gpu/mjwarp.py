@@ -149,6 +149,7 @@ class MuJoCoWarpEnv(ABC):
         self._graphs: dict[str, Any] = {}  # Warp graphs of the physics, per program
         self._streams: dict[int, Any] = {}  # Warp wrappers of torch streams, per handle
         self._capturing = False
+        self._record_stream: Any = None  # Warp's own stream, for recording Warp graphs
         self._reset_worlds(torch.ones(num_envs, dtype=torch.bool, **kw), self._sample_reset())
         self._position_prev = self._position().clone()  # updated in place (CUDA graphs)
         obs_dim = self._observe().shape[1]
@@ -197,7 +198,7 @@ class MuJoCoWarpEnv(ABC):
 
         CPU: directly. CUDA inside ``capture_scope`` (a torch graph capture): directly, so its
         kernels join that graph. CUDA otherwise: the first call runs it (compiling kernels),
-        the second captures it into a Warp graph, and every later call replays that graph.
+        the second records it into a Warp graph (``_record``), every later call replays it.
         """
         wp = self._wp
         if self.device.type == "cpu":
@@ -220,10 +221,19 @@ class MuJoCoWarpEnv(ABC):
                     self._graphs[name] = None
                     program()
                     return
-                with wp.ScopedCapture(stream=ws) as capture:
-                    program()
-                graph = self._graphs[name] = capture.graph
+                graph = self._graphs[name] = self._record(program)
             wp.capture_launch(graph, stream=ws)
+
+    def _record(self, program) -> Any:
+        """``program`` as a Warp graph, recorded on a stream of Warp's own: CUDA cannot capture
+        torch's legacy default stream, and a recorded graph replays on any stream."""
+        wp = self._wp
+        if self._record_stream is None:
+            self._record_stream = wp.Stream(self._wp_device)
+        stream = self._record_stream
+        with wp.ScopedStream(stream, sync_enter=False), wp.ScopedCapture(stream=stream) as capture:
+            program()
+        return capture.graph
 
     def _physics(self) -> None:
         mjw, m, d = self._mjw, self.model, self.data
