@@ -110,7 +110,14 @@ GPU_PRESETS: dict[str, dict[str, Any]] = {
     "HalfCheetah-v5": dict(_MUJOCO_GPU),
     "Walker2d-v5": dict(_MUJOCO_GPU),
     "Ant-v5": dict(_MUJOCO_GPU),
-    "Humanoid-v5": {**_MUJOCO_GPU, "ppo.init_log_std": -1.0, "train.total_steps": 300_000_000},
+    # 8,192 envs: Humanoid's physics keeps scaling past 4,096 worlds on an H200 (261k -> 392k
+    # env steps/s, docs/benchmarks/locomotion_h200.md).
+    "Humanoid-v5": {
+        **_MUJOCO_GPU,
+        "env.num_envs": 8192,
+        "ppo.init_log_std": -1.0,
+        "train.total_steps": 300_000_000,
+    },
 }
 """Presets for ``--env-backend gpu`` (the classic-control ids fall back to PRESETS)."""
 

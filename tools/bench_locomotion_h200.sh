@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
 # The locomotion benchmark on the H200 test machine, in device calls of under ten minutes each
 # (the machine keeps /tmp between back-to-back calls: installed wheels, Warp's kernel cache).
-#   bash tools/bench_locomotion_h200.sh a   # GPU tests, throughput + profile, Hopper,
-#                                           # HalfCheetah, Walker2d; the Hopper gymnasium
-#                                           # preset on the CPU cores beside them
-#   bash tools/bench_locomotion_h200.sh b   # Humanoid, Ant; gymnasium CPU physics (64 async envs)
+#   bash tools/bench_locomotion_h200.sh a   # GPU tests, throughput, HalfCheetah; the Hopper
+#                                           # gymnasium preset on the CPU cores beside them
+#   bash tools/bench_locomotion_h200.sh b   # Humanoid, Ant, Hopper; gymnasium CPU physics
+#                                           # (64 async envs) for Humanoid and Hopper
+#   bash tools/bench_locomotion_h200.sh c   # Walker2d
+# (the budgets are what the 2026-12-01 run could afford of a 30-minute device session)
 # Each step runs only if it fits before the call's deadline (DEADLINE_S, default 540 s), so the
 # results are packed into $OUT/<phase>.tgz (a device call returns at most 8 files) in time.
 # Merge here with: tar xzf a.tgz; python tools/bench_locomotion.py --sim2sim a;
 #                  python tools/bench_locomotion.py --merge a b
 set -uo pipefail
-phase=${1:?phase a or b}
+phase=${1:?phase a, b or c}
 export PYTHONPATH=/tmp/site:$PWD WARP_CACHE_PATH=/tmp/warpcache NUMBA_CACHE_DIR=/tmp/numbacache
 export MPLBACKEND=Agg OMP_NUM_THREADS=4 PYTHONUNBUFFERED=1
 deadline=${DEADLINE_S:-540}
@@ -35,20 +37,26 @@ case $phase in
       "tests/runners/test_gpu_backend_training.py::test_graph_replay_trains_like_the_eager_loop" \
       > "$out/pytest-gpu.log" 2>&1
     echo "pytest rc $? at ${SECONDS}s" >> "$out/pytest-gpu.log"
-    step 40 "${bench[@]}" --phase throughput --tasks Hopper-v5,HalfCheetah-v5,Walker2d-v5,Ant-v5 --profile none
+    step 40 "${bench[@]}" --phase throughput --tasks Hopper-v5,HalfCheetah-v5,Walker2d-v5,Ant-v5
     step 40 "${bench[@]}" --phase throughput --tasks Humanoid-v5 --num-envs 4096,8192,16384
-    step 120 "${bench[@]}" --phase train --tasks Hopper-v5 --budget-s 80 --set train.stop_at_threshold=true
     step 90 "${bench[@]}" --phase train --tasks HalfCheetah-v5 --budget-s 50 --set train.stop_at_threshold=true
-    step 90 "${bench[@]}" --phase train --tasks Walker2d-v5 --budget-s 50 --set train.stop_at_threshold=true
     wait $cpu
     ;;
   b)
-    step 300 "${bench[@]}" --phase train --tasks Humanoid-v5 --budget-s 250 --set train.stop_at_threshold=true
-    step 140 "${bench[@]}" --phase train --tasks Ant-v5 --budget-s 100 --set train.stop_at_threshold=true
-    step 100 "${bench[@]}" --phase gym --tasks Humanoid-v5,Hopper-v5 --budget-s 30
+    step 250 "${bench[@]}" --phase train --tasks Humanoid-v5 --budget-s 200 --set train.stop_at_threshold=true
+    step 115 "${bench[@]}" --phase train --tasks Ant-v5 --budget-s 75 --set train.stop_at_threshold=true
+    step 90 "${bench[@]}" --phase train --tasks Hopper-v5 --budget-s 55 --set train.stop_at_threshold=true
+    step 80 "${bench[@]}" --phase gym --tasks Humanoid-v5,Hopper-v5 --budget-s 15
+    ;;
+  c)
+    step 125 "${bench[@]}" --phase train --tasks Walker2d-v5 --budget-s 60 --set train.stop_at_threshold=true
     ;;
 esac
 echo "phase $phase done at ${SECONDS}s" >> "$out/skipped.txt"
-tar czf "$dest/$phase.tgz" -C bench/out "$phase"
+# One archive per run folder (checkpoints are several MiB; a returned file is at most 16 MiB)
+# and one for the rest.
+(cd bench/out && for r in "$phase"/run-*; do
+  [ -d "$r" ] && tar czf "$dest/$phase-$(basename "$r").tgz" "$r"
+done; tar czf "$dest/$phase.tgz" --exclude="$phase/run-*" "$phase")
 cp "$out"/pytest-gpu.log "$dest/" 2>/dev/null
 ls -la "$dest"
