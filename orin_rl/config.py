@@ -84,8 +84,8 @@ class PPOConfig:
     """Normalised observations are clipped to +-obs_clip (also inside the exported ONNX)."""
     normalize_reward: bool = False
     """Divide rewards by the running std of the discounted return, as Stable-Baselines3's
-    VecNormalize does (the logged episode returns stay raw). Locomotion needs it: raw returns
-    in the thousands leave the value loss to dominate and the clipped value step too small."""
+    VecNormalize does (the logged episode returns stay raw); keeps the value targets of tasks
+    with returns in the thousands near unit scale."""
     reward_clip: float = 10.0
     """Normalised rewards are clipped to +-reward_clip."""
     hidden_sizes: list[int] = field(default_factory=lambda: [64, 64])
