@@ -230,9 +230,12 @@ def train_config(args: argparse.Namespace) -> Config:
     file_data: dict[str, Any] = {}
     if args.config is not None:
         file_data = config_mod.read_yaml_mapping(args.config)
-    env_id = args.env or (file_data.get("env") or {}).get("env_id") or Config().env.env_id
-    algo = args.algo or (file_data.get("train") or {}).get("algo") or "ppo"
-    backend = args.env_backend or (file_data.get("env") or {}).get("backend") or "gym"
+    # What picks the preset may come from --set, a flag or the file (in that precedence).
+    sets = {key.strip(): _yaml_str(raw) for key, _, raw in (i.partition("=") for i in args.set)}
+    env_file, train_file = file_data.get("env") or {}, file_data.get("train") or {}
+    env_id = sets.get("env.env_id") or args.env or env_file.get("env_id") or Config().env.env_id
+    algo = sets.get("train.algo") or args.algo or train_file.get("algo") or "ppo"
+    backend = sets.get("env.backend") or args.env_backend or env_file.get("backend") or "gym"
     chosen = preset_overrides(env_id, algo, backend)
     if args.no_preset:  # only what selects the env and the algorithm
         chosen = {k: v for k, v in chosen.items() if k in ("env.env_id", "train.algo")}
@@ -249,6 +252,15 @@ def train_config(args: argparse.Namespace) -> Config:
         if getattr(args, name) is not None
     ]
     return config_mod.apply_overrides(cfg, flags + list(args.set))
+
+
+def _yaml_str(raw: str) -> str | None:
+    """A ``--set`` value read as YAML, when it is a string (None otherwise)."""
+    try:
+        value = yaml.safe_load(raw)
+    except yaml.YAMLError:
+        return None
+    return value if isinstance(value, str) else None
 
 
 def cmd_train(args: argparse.Namespace) -> int:

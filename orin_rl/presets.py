@@ -60,9 +60,10 @@ PRESETS: dict[str, dict[str, Any]] = {
 # transitions an update, 32 minibatches of 64, 10 epochs, observation and reward normalisation)
 # over 16 envs, without value clipping. Hopper-v5, 1M steps, one seed each on the CPU box
 # (docs/benchmarks/hopper_presets_cpu.md): the dataclass defaults sat at 173-180 from 122k to
-# 573k steps (final 364); normalising observations and rewards alone gave 1,309; 20x the
-# gradient steps alone 517; both together (this preset) 3,300 at 246k and 3,307 at the end.
-# Reward normalisation and value clipping changed little once both were there (3,565 / 3,110).
+# 573k steps (final 364); normalising observations and rewards with value clipping off, alone,
+# gave 1,309; 20x the gradient steps alone 517; both together (this preset) 3,300 at 246k and
+# 3,307 at the end. Without reward normalisation: 1,500 later (246k vs 205k), 3,565 at the end;
+# with value clipping: 3,110. One seed each: those three do not rank.
 _MUJOCO_CPU: dict[str, Any] = {
     "env.num_envs": 16,
     "ppo.num_steps": 128,

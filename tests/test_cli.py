@@ -24,17 +24,27 @@ def test_precedence_preset_file_flag_set(tmp_path):
 
 
 @pytest.mark.parametrize(
-    ("argv", "num_envs", "minibatches", "normalize_reward"),
+    ("argv", "preset"),
     [
-        (["--env", "Hopper-v5"], 16, 32, True),  # the CPU-physics preset
-        (["--env", "Hopper-v5", "--env-backend", "gpu"], 4096, 16, True),  # GPU physics
-        (["--env", "Hopper-v5", "--no-preset"], 8, 4, False),  # the dataclass defaults
+        (["--env", "Hopper-v5"], "gym"),
+        (["--env", "Hopper-v5", "--env-backend", "gpu"], "gpu"),
+        (["--set", "env.env_id=Hopper-v5", "--set", 'env.backend="gpu"'], "gpu"),  # via --set
+        (["--env", "Hopper-v5", "--no-preset"], None),
     ],
 )
-def test_presets_follow_env_and_backend(argv, num_envs, minibatches, normalize_reward):
+def test_presets_follow_env_and_backend(argv, preset):
+    """The preset is chosen by env id and backend, wherever they were given."""
+    from orin_rl.presets import GPU_PRESETS, PRESETS
+
     cfg = cli.train_config(cli.build_parser().parse_args(["train", *argv]))
-    assert cfg.env.num_envs == num_envs and cfg.ppo.num_minibatches == minibatches
-    assert cfg.ppo.normalize_reward is normalize_reward and cfg.env.env_id == "Hopper-v5"
+    chosen = {"gym": PRESETS, "gpu": GPU_PRESETS}.get(preset, {}).get("Hopper-v5", {})
+    defaults = cli.Config()
+    assert cfg.env.env_id == "Hopper-v5"
+    assert cfg.env.num_envs == chosen.get("env.num_envs", defaults.env.num_envs)
+    assert cfg.ppo.num_minibatches == chosen.get(
+        "ppo.num_minibatches", defaults.ppo.num_minibatches
+    )
+    assert cfg.ppo.hidden_sizes == chosen.get("ppo.hidden_sizes", defaults.ppo.hidden_sizes)
 
 
 def test_print_config(capsys):

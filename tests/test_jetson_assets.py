@@ -20,7 +20,10 @@ def _tool(name: str) -> str:
     return path
 
 
-@pytest.mark.parametrize("script", ["jetson/setup.sh", ".ci/run", "tools/fake_tegrastats.sh"])
+@pytest.mark.parametrize(
+    "script",
+    ["jetson/setup.sh", ".ci/run", "tools/fake_tegrastats.sh", "tools/bench_locomotion_h200.sh"],
+)
 def test_shellcheck(script):
     proc = subprocess.run([_tool("shellcheck"), str(ROOT / script)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout

@@ -50,12 +50,14 @@ class ObsNormalizer(nn.Module):
 
 
 class RewardNormalizer(nn.Module):
-    """Rewards divided by the running std of the discounted return (what Stable-Baselines3's
-    ``VecNormalize`` and gymnasium's ``NormalizeReward`` do), then clipped.
+    """Rewards divided by the running std of the discounted return (the statistic of
+    Stable-Baselines3's ``VecNormalize`` and gymnasium's ``NormalizeReward``), then clipped.
 
     Per env the return ``G_t = gamma * G_{t-1} + r_t`` restarts at episode ends; its running
     variance (float64, Chan's update, over every env's G of each step) gives the scale:
-    ``clamp(r / sqrt(Var[G] + eps), -clip, clip)``. With ``groups`` > 1 the envs split into
+    ``clamp(r / sqrt(Var[G] + eps), -clip, clip)``. Unlike SB3 (which starts from a variance of
+    1 with a weight of 1e-4) the statistics start empty: with a single env the first rewards
+    meet a variance near 0 and are clipped. With ``groups`` > 1 the envs split into
     that many equal consecutive blocks (agents) with statistics of their own.
     """
 

@@ -331,8 +331,12 @@ class Trainer:
                         cfg.train.stop_at_threshold
                         and self.solved_streak >= cfg.train.solved_patience
                     )
+                    limit = cfg.train.max_wall_s
+                    out_of_time = limit is not None and time.perf_counter() - start >= limit
                     if self.dist.enabled:  # every rank stops together (rank 0 evaluates)
-                        signalled, solved = distributed.any_rank([signalled, solved], self.device)
+                        signalled, solved, out_of_time = distributed.any_rank(
+                            [signalled, solved, out_of_time], self.device
+                        )
                     if it % cfg.train.checkpoint_every == 0 or signalled:
                         self._save(elapsed)
                     if signalled:
@@ -341,8 +345,7 @@ class Trainer:
                     if solved:
                         stop_reason = "solved"
                         break
-                    limit = cfg.train.max_wall_s
-                    if limit is not None and time.perf_counter() - start >= limit:
+                    if out_of_time:
                         stop_reason = "max_wall_s"
                         break
         except BaseException:
@@ -446,7 +449,8 @@ class Trainer:
     def eval_on_training_physics(self) -> bool:
         """MuJoCo tasks trained on GPU physics are evaluated on it (a batch of eval_episodes
         worlds on the learner's device); gymnasium's CPU MuJoCo is the final sim-to-sim check."""
-        return self.cfg.env.backend == "gpu" and self.cfg.env.env_id in MUJOCO_IDS
+        cfg = self.cfg
+        return cfg.env.backend == "gpu" and cfg.env.env_id in MUJOCO_IDS and self.num_agents == 1
 
     def _eval_env(self) -> Any:
         if self._eval_envs is None:  # built once: its kernels and Warp graphs are reused
@@ -619,6 +623,9 @@ class Trainer:
             self._restored_obs = state["obs"].to(self.device)
         else:
             log.info("environment state not in the checkpoint: resuming with fresh episodes")
+            normalizer = getattr(self.algo, "reward_normalizer", None)
+            if normalizer is not None:  # the saved returns belong to the old episodes
+                normalizer.returns.zero_()
         if "cuda" in state["rng"] and self.device.type == "cuda":
             torch.cuda.set_rng_state(state["rng"]["cuda"], self.device)
         log.info("resumed at step %d (iteration %d)", self.global_step, self.algo.iteration)

@@ -86,3 +86,15 @@ class TestRewardNormalizer:
             got = both(r.float(), end)
             expected = torch.cat((a(r[:3].float(), end[:3]), b(r[3:].float(), end[3:])))
             assert torch.allclose(got, expected, rtol=1e-5)
+
+    def test_gather_folds_every_rank_into_one_statistic(self):
+        """Distributed: the statistics see every rank's returns (here two identical ranks), so
+        they equal one normaliser fed the stacked samples."""
+        ranks = RewardNormalizer(3, gamma=0.9)
+        stacked = RewardNormalizer(6, gamma=0.9)
+        end = torch.zeros(3, dtype=torch.bool)
+        for r in (torch.tensor([1.0, 2.0, 4.0]), torch.tensor([0.5, -1.0, 3.0])):
+            ranks(r, end, gather=lambda x: torch.cat((x, x)))
+            stacked(torch.cat((r, r)), torch.cat((end, end)))
+        assert torch.allclose(ranks.stats.var, stacked.stats.var)
+        assert ranks.stats.count == stacked.stats.count == 12

@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 if os.environ.get("ORIN_RL_REQUIRE_SIM") != "1":
     pytest.importorskip("mujoco_warp", reason="needs the sim extra: pip install -e '.[sim]'")
@@ -33,6 +34,7 @@ SMALL = {
     "ppo.hidden_sizes": [32, 32],
     "train.device": "cpu",
     "train.eval_episodes": 2,
+    "train.log_every": 1,
     "train.tensorboard": False,
 }
 
@@ -45,11 +47,39 @@ def _config(env_id: str = "Hopper-v5", backend: str = "gpu", **extra) -> Config:
 
 
 def test_gpu_presets_are_chosen_by_backend():
-    gpu = preset_overrides("Humanoid-v5", "ppo", "gpu")
-    cpu = preset_overrides("Humanoid-v5", "ppo", "gym")
-    assert gpu["env.num_envs"] == 4096 and gpu["ppo.normalize_reward"] is True
-    assert cpu["env.num_envs"] == 16 and cpu["ppo.normalize_reward"] is True
+    from orin_rl.presets import GPU_PRESETS, PRESETS
+
+    for env_id in ("Hopper-v5", "Humanoid-v5"):
+        assert preset_overrides(env_id, "ppo", "gpu") == {
+            "env.env_id": env_id,
+            **GPU_PRESETS[env_id],
+        }
+        assert preset_overrides(env_id, "ppo", "gym") == {"env.env_id": env_id, **PRESETS[env_id]}
     assert preset_overrides("CartPole-v1", "ppo", "gpu") == preset_overrides("CartPole-v1")
+
+
+def test_many_agents_on_gpu_physics_finish_with_per_agent_results(tmp_path):
+    """--num-agents with a MuJoCo Warp env: evaluated per agent (on gymnasium), summary written."""
+    cfg = _config(**{"train.num_agents": 2, "train.total_steps": 32, "ppo.normalize_reward": True})
+    summary = train(cfg, tmp_path / "run", progress=False)
+    assert summary["num_agents"] == 2 and len(summary["agents"]) == 2
+    assert "gym_eval_return_mean" not in summary
+
+
+def test_resume_without_env_state_restarts_the_reward_returns(tmp_path):
+    """Fresh episodes after a resume must not inherit the saved discounted returns."""
+    from orin_rl.checkpoint import save_checkpoint
+    from orin_rl.runners.trainer import Trainer
+
+    run = tmp_path / "run"
+    train(_config(**{"train.total_steps": 32}), run, progress=False)
+    state = load_checkpoint(run / "checkpoint.pt")
+    assert state["algo"]["reward_normalizer"]["returns"].abs().sum() > 0
+    state["env_state"] = None  # as an async gym env or another rank would have it
+    save_checkpoint(state, run / "checkpoint.pt")
+    resumed = Trainer(Config(), run, resume=True, progress=False)
+    assert torch.all(resumed.algo.reward_normalizer.returns == 0)
+    resumed.env.close()
 
 
 def test_run_evaluates_on_its_physics_and_on_gymnasium(tmp_path):

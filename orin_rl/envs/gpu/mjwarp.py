@@ -54,17 +54,6 @@ def import_sim() -> tuple[Any, Any, Any]:
     return mujoco, wp, mjw
 
 
-def sim_available() -> str | None:
-    """None when MuJoCo Warp imports here, else the reason (for ``orin-rl doctor``)."""
-    from orin_rl.envs.gym_env import EnvError
-
-    try:
-        import_sim()
-    except EnvError as exc:
-        return str(exc)
-    return None
-
-
 def gymnasium_asset(xml_file: str) -> Path:
     """The MJCF file gymnasium's own MuJoCo envs load."""
     return Path(gym.__file__).parent / "envs" / "mujoco" / "assets" / xml_file
@@ -88,7 +77,6 @@ class MuJoCoWarpEnv(ABC):
     uses_bodies: ClassVar[bool] = False
     """Observation or position read body quantities (xpos, cinert, ...): after a reset they
     are recomputed by forward kinematics, as gymnasium's ``mj_forward`` does."""
-    max_episode_steps_default: ClassVar[int] = 1000
     graph_safe: ClassVar[bool] = True
     """A step does no host synchronisation and can be captured in a CUDA graph."""
 
@@ -109,9 +97,9 @@ class MuJoCoWarpEnv(ABC):
         self.num_envs = num_envs
         self.device = torch.device(device)
         self.dtype = dtype
-        self.max_episode_steps = max_episode_steps or self.max_episode_steps_default
-        self.seed = seed
         self.spec = gym.spec(self.env_id)
+        self.max_episode_steps = max_episode_steps or self.spec.max_episode_steps or 1000
+        self.seed = seed
         self.mj_model = self._load_model(mujoco)
         self.dt = float(self.mj_model.opt.timestep) * self.frame_skip
         self._wp_device = "cpu"
@@ -319,6 +307,7 @@ class MuJoCoWarpEnv(ABC):
         self._reset_worlds(all_envs, start)
         self._position_prev.copy_(self._position())
         self.elapsed.zero_()
+        self.stats.restart()
         return self._observe()
 
     # ------------------------------------------------------------------ VecEnv contract
