@@ -44,4 +44,24 @@ fi
 # pycuda builds against JetPack's CUDA; jetson-stats gives jtop.
 export PATH="/usr/local/cuda/bin:$PATH"
 "$venv/bin/python" -m pip install -e "${repo}[export,jetson,cuda]"
+
+# GPU physics (--env-backend gpu for the MuJoCo tasks): Warp built for JetPack's CUDA. PyPI's
+# warp-lang is built with CUDA 13 (JetPack 7, L4T R38); JetPack 6 (CUDA 12, L4T R36) needs the
+# +cu12 aarch64 wheel of Warp's GitHub release. WARP_WHEEL overrides the choice; SKIP_SIM=1
+# skips this part. Not yet run on a board: `orin-rl doctor` reports what it found.
+if [[ -z "${SKIP_SIM:-}" ]]; then
+  warp_version="${WARP_VERSION:-1.19.0}"
+  warp_release="https://github.com/NVIDIA/warp/releases/download/v${warp_version}"
+  case "$release" in
+    *R36*) warp="${warp_release}/warp_lang-${warp_version}+cu12-py3-none-manylinux_2_34_aarch64.whl" ;;
+    *) warp="warp-lang==${warp_version}" ;;
+  esac
+  if "$venv/bin/python" -m pip install "${WARP_WHEEL:-$warp}" \
+    && "$venv/bin/python" -m pip install -e "${repo}[sim]"; then
+    "$venv/bin/python" -c 'import warp as wp; wp.init(); assert wp.get_cuda_device_count() > 0' \
+      || echo "setup.sh: Warp installed but sees no CUDA device; set WARP_WHEEL to a build for this JetPack's CUDA" >&2
+  else
+    echo "setup.sh: GPU physics not installed (Warp/MuJoCo Warp); everything else works: rerun with WARP_WHEEL=... or SKIP_SIM=1" >&2
+  fi
+fi
 "$venv/bin/orin-rl" doctor

@@ -113,6 +113,7 @@ def _preset_policy(task: str, env, device):
         activation=cfg.ppo.activation,
         normalize_obs=True,
         init_log_std=cfg.ppo.init_log_std,
+        obs_clip=cfg.ppo.obs_clip,
     )
     return ActorCritic(spec).to(device), cfg
 
@@ -435,11 +436,9 @@ def merge(folders: list[Path], dest: Path) -> None:
             t["backend"] == "mujoco_warp"
             and base
             and base.get("train_steps_per_s")
-            and t.get("steady_steps_per_s")
-        ):
-            t["train_speedup_vs_gymnasium_cpu"] = (
-                t["steady_steps_per_s"] / base["train_steps_per_s"]
-            )
+            and t.get("train_steps_per_s")
+        ):  # whole run against whole run: start-up included on both sides
+            t["train_speedup_vs_gymnasium_cpu"] = t["train_steps_per_s"] / base["train_steps_per_s"]
     result = {
         "command": "python tools/bench_locomotion.py (phases throughput, train, gym, hopper-cpu; --sim2sim; --merge)",
         "machine": machine,
@@ -474,7 +473,12 @@ def _table_row(task: str, backend: str, tp: dict | None, tr: dict) -> dict[str, 
         "total_steps": tr.get("total_steps"),
         "gym_eval_return": tr.get("gym_eval_return"),
         "onnx_run_return": tr.get("onnx_run_return"),
+        "onnx_run_episodes": tr.get("onnx_run_episodes"),
     }
+
+
+def _count(n: int | None) -> str:
+    return f" ({n})" if n else ""
 
 
 def _fmt(x: Any, digits: int = 0) -> str:
@@ -508,8 +512,13 @@ def _markdown(result: dict[str, Any]) -> str:
         "from metrics.jsonl over the logged intervals without an evaluation); *run* is the whole "
         "run's steps over its wall time less the periodic evaluations, so it includes start-up "
         "(imports, kernel loading, the eager warm-up iteration and the CUDA-graph capture). The "
-        "speed-up divides the loop figure by the gymnasium path's trainer steps/s, measured on "
-        "the same machine the same day.",
+        "speed-up divides the run figure by the gymnasium path's trainer steps/s (its whole "
+        "run too), measured on the same machine in the same device call. The ONNX column "
+        "averages the complete episodes of 5,000 `orin-rl run` steps (their count in brackets). "
+        f"Seed 001's Humanoid PPO ran at {SEED_001_STEPS_PER_S:,} samples/s on an RTX 5090 "
+        "(quoted from the issue, not run here). Phase a ran the Hopper CPU preset beside the GPU "
+        "tests, the throughput runs and HalfCheetah, so those shared the CPU cores; the Hopper "
+        "CPU row comes from the first device call, whose GPU steps had failed early.",
         "",
         "| task | physics | envs | env-only steps/s | env + policy steps/s | PPO steps/s: loop | "
         "PPO steps/s: run | speed-up vs CPU physics | wall to threshold | eval return (training "
@@ -535,7 +544,7 @@ def _markdown(result: dict[str, Any]) -> str:
             f"| {_fmt(r['train_steps_per_s'])} "
             f"| {_fmt(r.get('train_speedup_vs_gymnasium_cpu'), 1)}{'×' if r.get('train_speedup_vs_gymnasium_cpu') else ''} "
             f"| {reached} (≥ {r['threshold']:g}) | {_fmt(r['eval_return'], 1)} | {_fmt(r['gym_eval_return'], 1)} "
-            f"| {_fmt(r['onnx_run_return'], 1)} | {trained} |"
+            f"| {_fmt(r['onnx_run_return'], 1)}{_count(r.get('onnx_run_episodes'))} | {trained} |"
         )
     if result["throughput"]:
         lines += ["", "## Throughput by world count (random actions)", "",
