@@ -64,7 +64,45 @@ class EpisodeStats:
         self.episode_length.copy_(state["episode_length"])
 
 
-class TorchVecEnv(ABC):
+class DeviceState(ABC):
+    """``get_state`` / ``set_state`` (exact resume) for envs whose whole dynamic state is a few
+    device tensors, an ``EpisodeStats`` and a ``torch.Generator``."""
+
+    num_envs: int
+    env_id: ClassVar[str]
+    stats: EpisodeStats
+    generator: torch.Generator
+
+    @abstractmethod
+    def _state_tensors(self) -> dict[str, torch.Tensor]:
+        """The live tensors a step carries to the next, by name (the first one's shape is
+        checked on restore)."""
+
+    def get_state(self) -> dict[str, Any]:
+        """Everything the next steps depend on, as CPU copies."""
+        saved: dict[str, Any] = {
+            name: t.to("cpu", copy=True) for name, t in self._state_tensors().items()
+        }
+        return {**saved, **self.stats.state_dict(), "generator": self.generator.get_state()}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        """Restore what ``get_state`` returned (into the same tensors)."""
+        from orin_rl.envs.gym_env import EnvError
+
+        tensors = self._state_tensors()
+        first = next(iter(tensors))
+        if tuple(state[first].shape) != tuple(tensors[first].shape):
+            raise EnvError(
+                f"environment state {tuple(state[first].shape)} does not match these "
+                f"{self.num_envs} {self.env_id} envs"
+            )
+        for name, tensor in tensors.items():
+            tensor.copy_(state[name])
+        self.stats.load_state_dict(state)
+        self.generator.set_state(state["generator"])
+
+
+class TorchVecEnv(DeviceState):
     """Base class: a subclass defines the spaces, ``_dynamics``, ``_observe`` and ``_reset_low``
     / ``_reset_high`` (uniform reset bounds per state variable).
 
@@ -163,29 +201,8 @@ class TorchVecEnv(ABC):
         """See ``EpisodeStats.pop``."""
         return self.stats.pop()
 
-    def get_state(self) -> dict[str, Any]:
-        """Everything a step depends on (for an exact resume), as CPU tensors."""
-        saved: dict[str, Any] = {
-            "state": self.state.to("cpu", copy=True),
-            "elapsed": self.elapsed.to("cpu", copy=True),
-            **self.stats.state_dict(),
-            "generator": self.generator.get_state(),
-        }
-        return saved
+    def _state_tensors(self) -> dict[str, torch.Tensor]:
+        return {"state": self.state, "elapsed": self.elapsed}
 
-    def set_state(self, state: dict[str, Any]) -> None:
-        """Restore what ``get_state`` returned."""
-        from orin_rl.envs.gym_env import EnvError
-
-        if tuple(state["state"].shape) != tuple(self.state.shape):
-            raise EnvError(
-                f"environment state {tuple(state['state'].shape)} does not match these "
-                f"{self.num_envs} {self.env_id} envs"
-            )
-        self.state.copy_(state["state"])
-        self.elapsed.copy_(state["elapsed"])
-        self.stats.load_state_dict(state)
-        self.generator.set_state(state["generator"])
-
-    def close(self) -> None:  # noqa: B027 - a real no-op: these envs hold no workers or files
+    def close(self) -> None:
         """Nothing to release (no workers)."""

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from abc import ABC, abstractmethod
+from abc import abstractmethod
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from orin_rl.envs.base import StepResult
-from orin_rl.envs.gpu.base import EpisodeStats
+from orin_rl.envs.gpu.base import DeviceState, EpisodeStats
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +59,7 @@ def gymnasium_asset(xml_file: str) -> Path:
     return Path(gym.__file__).parent / "envs" / "mujoco" / "assets" / xml_file
 
 
-class MuJoCoWarpEnv(ABC):
+class MuJoCoWarpEnv(DeviceState):
     """Base class: a task sets the MJCF file, frame skip and reset noise and defines
     ``_observe``, ``_position`` and ``_reward``.
 
@@ -158,7 +158,7 @@ class MuJoCoWarpEnv(ABC):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """(reward, terminated) after a step with ``velocity`` = d position / dt."""
 
-    def _patch_model(self, model: Any, mujoco: Any) -> None:  # noqa: B027 - optional hook
+    def _patch_model(self, model: Any, mujoco: Any) -> None:
         """Change MJCF options MuJoCo Warp does not support (none by default)."""
 
     # ------------------------------------------------------------------ set-up
@@ -337,35 +337,14 @@ class MuJoCoWarpEnv(ABC):
         """See ``EpisodeStats.pop``."""
         return self.stats.pop()
 
-    def get_state(self) -> dict[str, Any]:
-        """Everything the next steps depend on (for an exact resume), as CPU tensors."""
-        cpu = {"device": "cpu", "copy": True}
+    def _state_tensors(self) -> dict[str, torch.Tensor]:
         return {
-            "qpos": self.qpos.to(**cpu),
-            "qvel": self.qvel.to(**cpu),
-            "qacc_warmstart": self._warmstart.to(**cpu),
-            "position_prev": self._position_prev.to(**cpu),
-            "elapsed": self.elapsed.to(**cpu),
-            **self.stats.state_dict(),
-            "generator": self.generator.get_state(),
+            "qpos": self.qpos,
+            "qvel": self.qvel,
+            "qacc_warmstart": self._warmstart,
+            "position_prev": self._position_prev,
+            "elapsed": self.elapsed,
         }
-
-    def set_state(self, state: dict[str, Any]) -> None:
-        """Restore what ``get_state`` returned."""
-        from orin_rl.envs.gym_env import EnvError
-
-        if tuple(state["qpos"].shape) != tuple(self.qpos.shape):
-            raise EnvError(
-                f"environment state {tuple(state['qpos'].shape)} does not match these "
-                f"{self.num_envs} {self.env_id} envs"
-            )
-        self.qpos.copy_(state["qpos"])
-        self.qvel.copy_(state["qvel"])
-        self._warmstart.copy_(state["qacc_warmstart"])
-        self._position_prev.copy_(state["position_prev"])
-        self.elapsed.copy_(state["elapsed"])
-        self.stats.load_state_dict(state)
-        self.generator.set_state(state["generator"])
 
     def close(self) -> None:
         """Drop the Warp graphs (the arrays go with the object)."""
