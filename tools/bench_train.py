@@ -131,8 +131,11 @@ def markdown(result: dict) -> str:
         f"run {result['date']}. Command: `{result['command']}`.",
         "",
         "Time to solve = training wall time (evaluations included) until the first evaluation of "
-        "20 deterministic episodes averages >= 475. Process wall = the whole command, start-up "
-        "included. Final eval = 20 episodes on seeds no evaluation used during training.",
+        "20 deterministic episodes averages >= 475: the comparable column. Process wall = the "
+        "whole command, start-up included; it is not comparable: our runs stop once solved, the "
+        "SB3 runs always train their fixed 100,000 steps. Final eval = 20 episodes on seeds no "
+        "evaluation used during training (ours: the policy it stopped with; SB3: after 100k "
+        "steps).",
         "",
         _row(
             "trainer",

@@ -2,7 +2,7 @@
 device buffers, async copies on its own stream, optional CUDA-graph capture of the enqueue.
 
 NOT RUN on any machine of this project (no TensorRT runtime here: GPU.md); written against
-the documented API and verified on a board by ``orin-rl doctor --selftest``.
+the documented API; ``orin-rl doctor --selftest`` is its first run on a board.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """A TensorRT engine with name-based I/O (TensorRT 8.5+ / 10 / 11) and pycuda buffers.
 
 Torch-free. Not run on any machine of this project (no TensorRT runtime installs on them:
-GPU.md); written against the documented API in JETSON.md and verified on a board with
-``orin-rl doctor --selftest``.
+GPU.md); written against the documented API in JETSON.md; ``orin-rl doctor --selftest`` is
+its first run on a board.
 """
 
 from __future__ import annotations
