@@ -43,6 +43,10 @@ from orin_rl.runners.logger import MetricsLogger, plot_curve, read_metrics
 
 log = logging.getLogger(__name__)
 
+VERDICT_SEED_OFFSET = 2**30
+"""Episode seeds of the final verdict start at train.seed + this: no periodic evaluation
+(10,000 + 1,000 * iteration) reaches them."""
+
 
 class RunFolderError(OrinError, ValueError):
     """The run folder cannot be used as asked (exists, missing, or from another run)."""
@@ -164,6 +168,7 @@ class Trainer:
         self.solved_at: dict[str, float] | None = None
         self.solved_streak = 0  # consecutive solved periodic evaluations
         self.eval_time_s = 0.0  # spent in periodic evaluations by this process
+        self._verdict_returns: list[float] | None = None  # a passed verdict evaluation
         self.episode_window: deque[float] = deque(maxlen=100)  # returns behind the mean
         self._obs: torch.Tensor | None = None  # the observation the next step acts on
         self._restored_obs: torch.Tensor | None = None
@@ -330,6 +335,8 @@ class Trainer:
                     solved = (
                         cfg.train.stop_at_threshold
                         and self.solved_streak >= cfg.train.solved_patience
+                        and self.is_main
+                        and self._verdict_passes()
                     )
                     limit = cfg.train.max_wall_s
                     out_of_time = limit is not None and time.perf_counter() - start >= limit
@@ -423,6 +430,27 @@ class Trainer:
         if solved and self.solved_at is None:
             self.solved_at = {"global_step": self.global_step, "time_s": round(elapsed, 3)}
 
+    def _verdict_passes(self) -> bool:
+        """Run the final verdict's evaluation (seeds no periodic evaluation uses) now: a run
+        stops as solved only if the policy it ends with passes it, so "stopped by solved"
+        and "solved" never disagree. A failure restarts the streak of solved evaluations."""
+        started = time.perf_counter()
+        returns = self._evaluate(seed_offset=VERDICT_SEED_OFFSET)
+        self.eval_time_s += time.perf_counter() - started
+        mean = statistics.fmean(returns)
+        if self.threshold is not None and mean >= self.threshold:
+            self._verdict_returns = returns
+            return True
+        log.info(
+            "%d solved evaluations in a row, but the verdict evaluation gave %.1f < %s: "
+            "training on",
+            self.solved_streak,
+            mean,
+            self.threshold,
+        )
+        self.solved_streak = 0
+        return False
+
     def _evaluate(self, seed_offset: int) -> list[float]:
         """Deterministic-policy returns on episodes seeded from ``seed + seed_offset`` (every
         agent's, one after the other, when there are several)."""
@@ -472,7 +500,7 @@ class Trainer:
                 self.policy,
                 cfg.env.env_id,
                 cfg.train.eval_episodes,
-                seed=cfg.train.seed + 2**30,
+                seed=cfg.train.seed + VERDICT_SEED_OFFSET,
                 device=self.device,
                 max_episode_steps=cfg.env.max_episode_steps,
             )
@@ -508,8 +536,14 @@ class Trainer:
         if not self.is_main:
             self.env.close()
             return {}
-        # Seeds no periodic evaluation uses: the verdict is on episodes the run never saw.
-        eval_returns = [] if interrupted else self._evaluate(seed_offset=2**30)
+        # Seeds no periodic evaluation uses: the verdict is on episodes the run never saw (and
+        # was already run, on this same policy, when the run stopped as solved).
+        if interrupted:
+            eval_returns = []
+        elif stop_reason == "solved" and self._verdict_returns is not None:
+            eval_returns = self._verdict_returns
+        else:
+            eval_returns = self._evaluate(seed_offset=VERDICT_SEED_OFFSET)
         summary: dict[str, Any] = {
             "env_id": cfg.env.env_id,
             "algo": cfg.train.algo,
