@@ -13,11 +13,9 @@ from orin_rl.runners import trainer as trainer_mod
 
 def test_a_failed_verdict_keeps_training_and_a_stop_as_solved_is_solved(tmp_path, monkeypatch):
     preset = [f"{k}={json.dumps(v)}" for k, v in preset_overrides("CartPole-v1").items()]
-    cfg = config_mod.apply_overrides(
-        Config(),
-        [*preset, "train.device=cpu", "train.tensorboard=false", "train.eval_every=1",
-         "train.solved_patience=2", "train.total_steps=2560"],  # fmt: skip
-    )
+    extra = ["train.device=cpu", "train.tensorboard=false", "train.eval_every=1",
+             "train.solved_patience=2", "train.total_steps=2560"]  # fmt: skip
+    cfg = config_mod.apply_overrides(Config(), [*preset, *extra])
     calls: list[tuple[int, int]] = []  # (iteration, seed offset)
     verdicts = iter([[100.0] * 3, [480.0] * 3])  # the first verdict fails, the second passes
 
