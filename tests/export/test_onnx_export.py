@@ -146,3 +146,36 @@ def test_ir_version_is_the_oldest_that_carries_the_opset(cartpole_run, tmp_path)
     export_bundle(cartpole_run, tmp_path / "b", parity_observations=64)
     assert onnx.load(tmp_path / "b" / "policy.onnx").ir_version == 8
     assert (ir_version_for(17, 11), ir_version_for(20, 11), ir_version_for(21, 11)) == (8, 9, 11)
+
+
+class TestInt8Acceptance:
+    """The int8 rule can fail: near-ties do not count, but a set with (almost) no decisive
+    observations is judged on all of them."""
+
+    @staticmethod
+    def _q_values(rng, n, gap_scale):
+        q = 100.0 + rng.normal(0.0, gap_scale, size=(n, 2))  # DQN-like: |Q| ~ 100
+        return [q.argmax(-1), q]
+
+    def test_dqn_like_small_gaps_are_judged_on_all_observations(self, rng):
+        from orin_rl.export.onnx import compare, int8_acceptable
+
+        ref = self._q_values(rng, 1000, 1.0)  # gaps ~1, far below 5% of |Q| = 5
+        flip = rng.random(1000) < 0.31
+        cand = [np.where(flip, 1 - ref[0], ref[0]), ref[1]]
+        errors = compare(ref, cand, True, None)
+        assert errors["decisive_fraction"] < 0.5
+        ok, rule = int8_acceptable(errors, True)
+        assert not ok and "all observations" in rule
+
+    def test_decisive_observations_decide_when_they_are_most(self, rng):
+        from orin_rl.export.onnx import compare, int8_acceptable
+
+        ref = self._q_values(rng, 1000, 50.0)  # wide gaps: most observations decisive
+        gap = np.abs(ref[1][:, 0] - ref[1][:, 1])
+        flip = gap < np.quantile(gap, 0.08)  # only near-ties flip
+        cand = [np.where(flip, 1 - ref[0], ref[0]), ref[1]]
+        errors = compare(ref, cand, True, None)
+        assert errors["decisive_fraction"] >= 0.5 and errors["action_agreement"] < 0.95
+        ok, rule = int8_acceptable(errors, True)
+        assert ok and "decisive" in rule
