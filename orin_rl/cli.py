@@ -283,6 +283,9 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.nproc is not None and args.nproc < 1:
         raise UsageError(f"--nproc must be positive, got {args.nproc}")
     if args.nproc is not None and args.nproc > 1 and "WORLD_SIZE" not in os.environ:
+        from orin_rl.runners.trainer import resolve_device
+
+        resolve_device(cfg.train.device)  # a device that is not there: one line, before launching
         return _launch_torchrun(args, out)
     summary = train(cfg, out, overwrite=args.overwrite, progress=not args.no_progress)
     if not summary:  # a rank other than 0 of a distributed run: rank 0 reports
@@ -412,6 +415,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     """``orin-rl run`` (torch-free unless the torch backend is chosen)."""
     from orin_rl.runtime.run import run_policy
 
+    if args.rate < 0:
+        raise UsageError(f"--rate must be >= 0 (0: as fast as possible), got {args.rate:g}")
+    if args.steps <= 0:
+        raise UsageError(f"--steps must be positive, got {args.steps}")
     loop = {
         "cpu": args.cpu,
         "fifo_priority": args.fifo,
@@ -595,6 +602,11 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"orin-rl {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C outside training (which handles its own signals)
+        if args.debug:
+            raise
+        print(f"orin-rl {args.command}: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

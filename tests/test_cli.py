@@ -59,6 +59,8 @@ def test_print_config(capsys):
         (["--env", "NoSuchEnv-v9", "--out", "{tmp}/r"], "NoSuchEnv-v9"),
         (["--resume", "{tmp}/nothing"], "nothing to resume"),
         (["--device", "cuda", "--out", "{tmp}/r2"], "torch sees no CUDA"),
+        # before torchrun starts its processes (which each printed it, then a traceback)
+        (["--device", "cuda", "--nproc", "2", "--out", "{tmp}/r3"], "torch sees no CUDA"),
     ],
 )
 def test_errors_are_one_line_exit_2(tmp_path, capsys, argv, message):

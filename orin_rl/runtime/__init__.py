@@ -116,14 +116,17 @@ def load(
     if not candidates:
         raise RuntimeBackendError(f"{model}: no backend can run it here (install onnxruntime)")
     timings: dict[str, dict[str, float]] = {}
+    reasons: dict[str, str] = {}
     for kind in candidates:
         try:
             with _make(kind, found, device, safe_action, **options) as b:
                 timings[kind] = measure(b)
         except Exception as exc:  # a backend that cannot start is skipped, with the reason
+            reasons[kind] = str(exc)
             log.warning("auto: %s unavailable: %s", kind, exc)
-    if not timings:
-        raise RuntimeBackendError(f"{model}: none of {', '.join(candidates)} could start")
+    if not timings:  # the error itself says why each one failed
+        why = "; ".join(f"{kind}: {reason}" for kind, reason in reasons.items())
+        raise RuntimeBackendError(f"{model}: no backend could start ({why})")
     best = min(timings, key=lambda k: timings[k]["p99_us"])
     log.info(
         "auto backend: %s (%s)",

@@ -67,6 +67,7 @@ def run_policy(
     runner = load(model, backend, device)
     env_id = env_id or _env_of(model, bundle_mod)
     driver = EnvDriver(env_id, seed)
+    _check_fits(runner, driver, env_id)
     safe = _safe_action(runner)
     runner.safe_action = safe
     cfg = LoopConfig(rate_hz=rate_hz, iterations=steps, **(loop_options or {}))
@@ -101,6 +102,20 @@ def run_policy(
             deadline,
         )
     return out
+
+
+def _check_fits(runner, driver: EnvDriver, env_id: str) -> None:
+    """The model's observation shape against the env's, before the loop starts."""
+    from orin_rl.runtime.base import RuntimeBackendError
+
+    want = [d for d in runner.input_spec.shape[1:] if isinstance(d, int)]
+    got = list(driver.obs.shape[1:])
+    if want and want != got:
+        driver.env.close()
+        raise RuntimeBackendError(
+            f"the model takes observations of shape {tuple(want)}, {env_id} gives "
+            f"{tuple(got)}: pass --env with the environment it was trained on"
+        )
 
 
 def _env_of(model, bundle_mod) -> str:

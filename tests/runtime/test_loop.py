@@ -145,3 +145,43 @@ def test_latency_drift_compares_last_and_first_tenth():
         "last_p50_us"
     ] == pytest.approx(300, abs=1)
     assert drift["ratio"] == pytest.approx(3, rel=0.02)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--rate", "-5"], "--rate must be >= 0"),
+        (["--steps", "0"], "--steps must be positive"),
+        (["--env", "Acrobot-v1"], r"takes observations of shape \(4,\), Acrobot-v1 gives \(6,\)"),
+        (["--model", "{truncated}"], "sha256 differs from policy.json"),
+    ],
+)
+def test_bad_run_input_is_one_line_exit_2(run_with_bundle, tmp_path, capsys, argv, message):
+    """Bad `orin-rl run` input ends with one line naming the cause, before any loop."""
+    import re
+    import shutil
+
+    from orin_rl import cli
+
+    truncated = tmp_path / "bundle"
+    shutil.copytree(run_with_bundle / "bundle", truncated)
+    onnx_file = truncated / "policy.onnx"
+    onnx_file.write_bytes(onnx_file.read_bytes()[:100])
+    args = ["--model", str(run_with_bundle / "bundle"), "--steps", "10"]
+    args += [a.format(truncated=truncated) for a in argv]
+    assert cli.main(["-q", "run", *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and re.search(message, err), err
+
+
+def test_ctrl_c_outside_training_is_one_line_exit_130(monkeypatch, tmp_path, capsys):
+    """Ctrl-C during export (or any other command) prints one line, exit code 130."""
+    from orin_rl import cli
+    from orin_rl.export import onnx as onnx_export
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(onnx_export, "export_bundle", interrupted)
+    assert cli.main(["-q", "export", str(tmp_path)]) == 130
+    assert capsys.readouterr().err.strip() == "orin-rl export: interrupted"
