@@ -52,6 +52,17 @@ def save_checkpoint(state: dict[str, Any], path: str | Path) -> None:
         os.close(dir_fd)
 
 
+def remove_stale_temp_files(path: str | Path) -> list[Path]:
+    """Delete the temp files ``save_checkpoint`` left beside ``path`` when a process was
+    killed mid-write (they would pile up, one per crash); returns what it removed. Call it
+    only where no other process writes the same checkpoint."""
+    path = Path(path)
+    stale = sorted(path.parent.glob(f".{path.name}.*.tmp"))
+    for tmp in stale:
+        tmp.unlink(missing_ok=True)
+    return stale
+
+
 def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
     """Load a checkpoint with ``torch.load(weights_only=True)`` (no arbitrary code runs)."""
     path = Path(path)

@@ -31,7 +31,12 @@ from orin_rl.algorithms.dqn import DQN
 from orin_rl.algorithms.ppo_multi import MultiAgentPPO
 from orin_rl.algorithms.sac import SAC
 from orin_rl.buffers import RolloutBuffer
-from orin_rl.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from orin_rl.checkpoint import (
+    CheckpointError,
+    load_checkpoint,
+    remove_stale_temp_files,
+    save_checkpoint,
+)
 from orin_rl.config import Config
 from orin_rl.envs.gpu import MUJOCO_IDS, make_gpu
 from orin_rl.errors import OrinError
@@ -676,6 +681,9 @@ class Trainer:
 
     def _load_resume_state(self) -> dict[str, Any]:
         ckpt = self.run_dir / "checkpoint.pt"
+        if os.environ.get("RANK", "0") == "0":  # the one writer of this folder
+            for tmp in remove_stale_temp_files(ckpt):
+                log.info("removed %s, left by a process killed while it wrote a checkpoint", tmp)
         if not ckpt.exists():
             raise RunFolderError(f"{self.run_dir}: nothing to resume (no checkpoint.pt)")
         try:

@@ -101,6 +101,24 @@ class TestSumTree:
                 tree, tree_from_leaves(expected_leaves, capacity), rtol=1e-12, err_msg=kind
             )
 
+    def test_cuda_update_with_duplicate_ids_keeps_the_tree_consistent(self, rng):
+        """Production passes duplicate leaf ids in one launch (a batch that sampled a
+        transition twice): whichever thread's write wins, each leaf holds one of the values
+        written to it and every internal node is the sum of its children."""
+        capacity, size, updates = 256, 200, 150
+        leaves = rng.random(size)
+        leaf_ids = rng.integers(0, 40, updates)  # many duplicates
+        values = rng.random(updates)
+        tree = tree_from_leaves(leaves, capacity)
+        kernels.sumtree_update_cuda[1, 64](
+            tree, capacity, leaf_ids, values, np.zeros(updates, np.int64)
+        )
+        for leaf in np.unique(leaf_ids):
+            assert tree[capacity + leaf] in set(values[leaf_ids == leaf])
+        untouched = np.setdiff1d(np.arange(size), leaf_ids)
+        np.testing.assert_array_equal(tree[capacity + untouched], leaves[untouched])
+        np.testing.assert_allclose(tree[1:capacity], (tree[2::2] + tree[3::2])[: capacity - 1])
+
     @pytest.mark.parametrize("kind", ["cpu", "cuda"])
     def test_stratified_sample_matches_reference(self, rng, kind):
         capacity, size, batch = 1024, 700, 300

@@ -132,11 +132,16 @@ class TestMinibatches:
     def test_gpu_placements(self, rng, placement):
         buf = make_buffer(placement=placement, device="cuda")
         w = fill_cuda(buf, rng)
-        buf.compute_returns(torch.zeros(N, device="cuda"), 0.99, 0.95, normalize=False)
+        last_values = rng.normal(size=N).astype(np.float32)
+        buf.compute_returns(torch.from_numpy(last_values).cuda(), 0.99, 0.95, normalize=False)
+        # next_values worked out from what was written, not read back from the buffer.
+        shifted = np.concatenate([w["values"][1:], last_values[None]])
+        expected_next = np.where(w["episode_end"], w["bootstrap_values"], shifted)
+        np.testing.assert_allclose(buf.next_values.cpu().numpy(), expected_next, rtol=1e-6)
         adv = compute_gae(
             w["rewards"],
             w["values"],
-            buf.next_values.cpu().numpy(),
+            expected_next,
             w["terminated"],
             w["episode_end"],
             0.99,

@@ -100,3 +100,54 @@ def test_nproc_below_one_is_one_line(tmp_path, bad):
     assert proc.returncode == 2
     assert proc.stderr.strip() == f"orin-rl train: error: --nproc must be positive, got {bad}"
     assert not (tmp_path / "r").exists()
+
+
+def _two_rank_worker(rank: int, store: str, out: str) -> None:
+    """One of two gloo ranks with its own gradients, advantages and rows; writes its results."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
+    try:
+        gen = torch.Generator().manual_seed(100 + rank)  # each rank different data
+        lin = torch.nn.Linear(3, 2)
+        with torch.no_grad():  # same weights, different gradients
+            for p in lin.parameters():
+                p.fill_(0.5)
+        lin(torch.randn(5, 3, generator=gen)).square().sum().backward()
+        own_grads = [p.grad.clone() for p in lin.parameters()]
+        distributed.average_gradients(list(lin.parameters()), 2)
+        adv = torch.randn(50, generator=gen) * (1 + rank) + 3 * rank
+        own_adv = adv.clone()
+        distributed.normalize_global_(adv)
+        rows = distributed.all_gather_rows(torch.full((2, 3), float(rank)), 2)
+        flags = distributed.any_rank([rank == 1, False], torch.device("cpu"))
+        torch.save(
+            {"own_grads": own_grads, "grads": [p.grad for p in lin.parameters()],
+             "own_adv": own_adv, "adv": adv, "rows": rows, "flags": flags},
+            f"{out}-{rank}.pt",
+        )  # fmt: skip
+    finally:
+        dist.destroy_process_group()
+
+
+def test_collectives_across_two_ranks_with_different_data(tmp_path):
+    """Two gloo processes, each with its own gradients and advantages: the averaged gradients
+    are the mean of the two (a missing division by the world size doubles them), advantages
+    are normalised with the statistics of both ranks' samples, rows are stacked in rank order."""
+    import torch.multiprocessing as mp
+
+    out = str(tmp_path / "result")
+    mp.start_processes(
+        _two_rank_worker, args=(str(tmp_path / "store"), out), nprocs=2, start_method="spawn"
+    )
+    r0, r1 = (torch.load(f"{out}-{r}.pt", weights_only=True) for r in (0, 1))
+    for g0, g1, own0, own1 in zip(r0["grads"], r1["grads"], r0["own_grads"], r1["own_grads"],
+                                  strict=True):  # fmt: skip
+        assert not torch.allclose(own0, own1)  # the ranks really differed
+        assert torch.allclose(g0, (own0 + own1) / 2) and torch.equal(g0, g1)
+    both = torch.cat((r0["own_adv"], r1["own_adv"]))
+    mean, std = both.mean(), both.std()
+    assert torch.allclose(r0["adv"], (r0["own_adv"] - mean) / (std + 1e-8), atol=1e-5)
+    assert torch.allclose(r1["adv"], (r1["own_adv"] - mean) / (std + 1e-8), atol=1e-5)
+    assert torch.equal(r0["rows"], torch.tensor([[0.0] * 3] * 2 + [[1.0] * 3] * 2))
+    assert r0["flags"] == r1["flags"] == [True, False]
