@@ -91,16 +91,9 @@ def average_gradients(params: list[nn.Parameter], world_size: int) -> None:
         offset += n
 
 
-def normalize_global_(x: torch.Tensor, eps: float = 1e-8) -> None:
-    """x <- (x - mean) / (std + eps) with mean and unbiased std over every rank's ``x``."""
-    # torch.full is a device fill (no host copy), so this can sit inside a CUDA graph.
-    count = torch.full((), float(x.numel()), dtype=torch.float64, device=x.device)
-    stats = torch.stack([x.sum(dtype=torch.float64), x.double().square().sum(), count])
-    dist.all_reduce(stats)
-    total, total_sq, n = stats.unbind()
-    mean = total / n
-    var = (total_sq - n * mean.square()) / (n - 1)
-    x.sub_(mean.to(x.dtype)).div_(var.clamp_min(0).sqrt().to(x.dtype) + eps)
+def all_reduce_sum_(x: torch.Tensor) -> None:
+    """x <- the sum of every rank's ``x``, in place (captured in a CUDA graph with NCCL)."""
+    dist.all_reduce(x)
 
 
 def all_gather_rows(x: torch.Tensor, world_size: int) -> torch.Tensor:

@@ -3,7 +3,7 @@
 One run, one GPU (``--device cuda``, the default when torch sees one):
 - device-to-device copy bandwidth (the ceiling);
 - GAE over (128, num_envs) for num_envs in {4096, 65536}: our kernel vs a PyTorch loop over time;
-- minibatch gather and advantage normalisation: achieved GB/s (and torch's own ops beside them);
+- minibatch gather: achieved GB/s (and torch's own index_select beside it);
 - prioritized replay, 1M capacity, batch 4096: sample + priority update, vs a vectorised numpy
   sum-tree, and vs TorchRL's prioritized buffer when it is installed.
 GB/s count bytes read + written once each. Writes JSON and Markdown under ``--out``.
@@ -130,24 +130,6 @@ def bench_gather(device: torch.device, rows: int, cols: int, take: int) -> dict:
         "ours_us": ours[0],
         "ours_gb_s": nbytes / (ours[0] * 1e-6) / 1e9,
         "torch_index_select_us": ref[0],
-        "torch_gb_s": nbytes / (ref[0] * 1e-6) / 1e9,
-        "graph_us": graph[0] if graph else None,
-        "graph_gb_s": _gb_s(nbytes, graph[0]) if graph else None,
-    }
-
-
-def bench_normalize(device: torch.device, n: int) -> dict:
-    x = torch.randn(n, device=device)
-    view = ops.numba_view(x)
-    run = lambda: ops.normalize_(x, view=view)  # noqa: E731
-    ours, graph = time_us(run, device), time_graph_us(run, device)
-    ref = time_us(lambda: x.sub_(x.mean()).div_(x.std() + 1e-8), device)
-    nbytes = 3 * n * 4  # read for the moments, read + write for the normalisation
-    return {
-        "n": n,
-        "ours_us": ours[0],
-        "ours_gb_s": nbytes / (ours[0] * 1e-6) / 1e9,
-        "torch_us": ref[0],
         "torch_gb_s": nbytes / (ref[0] * 1e-6) / 1e9,
         "graph_us": graph[0] if graph else None,
         "graph_gb_s": _gb_s(nbytes, graph[0]) if graph else None,
@@ -303,7 +285,6 @@ def markdown(r: dict) -> str:
             f"{r['gather']['take']:,} of {r['gather']['rows']:,} rows × {r['gather']['cols']}",
             "torch_index_select_us",
         ),
-        ("advantage normalisation", r["normalize"], f"{r['normalize']['n']:,}", "torch_us"),
     ):
         pct = 100 * k["graph_gb_s"] / copy if k["graph_gb_s"] else None
         lines.append(
@@ -346,7 +327,6 @@ def main() -> None:
         "gather": bench_gather(device, rows=128 * 65536, cols=16, take=128 * 65536 // 4),
         # Wide rows (a 1 KiB observation): random rows are read in full cache lines.
         "gather_wide": bench_gather(device, rows=1 << 20, cols=256, take=1 << 18),
-        "normalize": bench_normalize(device, 128 * 65536),
         "per": bench_per(device),
     }
     args.out.mkdir(parents=True, exist_ok=True)

@@ -169,10 +169,9 @@ class PPO:
     def normalize_advantages(self) -> None:
         """Advantages to zero mean and unit std over the rollout (over every rank's rollout in
         a distributed run)."""
-        if self.dist.enabled:
-            distributed.normalize_global_(self.buffer.advantages)
-        else:
-            self.buffer.normalize_advantages()
+        self.buffer.normalize_advantages(
+            all_reduce=distributed.all_reduce_sum_ if self.dist.enabled else None
+        )
 
     # ------------------------------------------------------------------ update verb
     def learning_rate(self) -> float:

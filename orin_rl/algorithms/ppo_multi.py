@@ -56,11 +56,8 @@ class MultiAgentPPO(PPO):
             return self.policy.value(self.policy.normalize(self._split(obs))).flatten()
 
     def normalize_advantages(self) -> None:
-        """Advantages normalised within each agent's rollout."""
-        adv = self.buffer.advantages.view(self.buffer.num_steps, self.num_agents, -1)
-        mean = adv.mean(dim=(0, 2), keepdim=True)
-        std = adv.std(dim=(0, 2), keepdim=True)
-        adv.sub_(mean).div_(std + 1e-8)
+        """Advantages normalised within each agent's rollout (one group of columns each)."""
+        self.buffer.normalize_advantages(groups=self.num_agents)
 
     # ------------------------------------------------------------------ update verb
     def _agent_major(self, name: str) -> torch.Tensor:

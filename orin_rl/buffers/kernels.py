@@ -11,13 +11,10 @@ time-major kernels consecutive threads (envs) touch consecutive addresses.
 
 from __future__ import annotations
 
-import math
-
 import numba
 from numba import cuda
 
 THREADS_PER_BLOCK = 256
-REDUCE_BLOCKS_MAX = 1024
 
 
 def blocks_for(n: int, threads: int = THREADS_PER_BLOCK) -> int:
@@ -72,69 +69,6 @@ def gae_cpu(rewards, values, next_values, terminated, episode_end, gamma, lam, a
             carry = 0.0 if episode_end[t, env] else gamma * lam * last
             last = delta + carry
             advantages[t, env] = last
-
-
-# ------------------------------------------------------- advantage normalisation
-# Two kernels: a grid-stride block reduction of (sum, sum of squares) in float64 with one
-# atomic add per block, then an elementwise (x - mean) / (std + eps) that reads the moments
-# on the device, so the mean and std never travel to the host.
-
-
-@cuda.jit
-def moments_cuda(x, moments):
-    """Accumulate sum(x) into moments[0] and sum(x*x) into moments[1] (float64, zeroed first)."""
-    shared_sum = cuda.shared.array(THREADS_PER_BLOCK, numba.float64)
-    shared_sq = cuda.shared.array(THREADS_PER_BLOCK, numba.float64)
-    tid = cuda.threadIdx.x
-    acc = 0.0
-    acc_sq = 0.0
-    for i in range(cuda.grid(1), x.size, cuda.gridsize(1)):
-        v = numba.float64(x[i])
-        acc += v
-        acc_sq += v * v
-    shared_sum[tid] = acc
-    shared_sq[tid] = acc_sq
-    cuda.syncthreads()
-    stride = THREADS_PER_BLOCK // 2
-    while stride > 0:
-        if tid < stride:
-            shared_sum[tid] += shared_sum[tid + stride]
-            shared_sq[tid] += shared_sq[tid + stride]
-        cuda.syncthreads()
-        stride //= 2
-    if tid == 0:
-        cuda.atomic.add(moments, 0, shared_sum[0])
-        cuda.atomic.add(moments, 1, shared_sq[0])
-
-
-@cuda.jit
-def normalize_cuda(x, moments, eps):
-    """In place: x = (x - mean) / (std + eps), mean/std (unbiased) from ``moments_cuda``."""
-    n = x.size
-    mean = moments[0] / n
-    var = (moments[1] - n * mean * mean) / max(n - 1, 1)
-    inv = 1.0 / (math.sqrt(max(var, 0.0)) + eps)
-    for i in range(cuda.grid(1), n, cuda.gridsize(1)):
-        x[i] = (x[i] - mean) * inv
-
-
-@numba.njit(cache=True, nogil=True)
-def normalize_cpu(x, eps):
-    """CPU twin: in place over a 1-D array; returns (mean, std) as float64."""
-    n = x.size
-    acc = 0.0
-    for i in range(n):
-        acc += x[i]
-    mean = acc / n
-    acc_sq = 0.0
-    for i in range(n):
-        d = x[i] - mean
-        acc_sq += d * d
-    std = math.sqrt(acc_sq / max(n - 1, 1))
-    inv = 1.0 / (std + eps)
-    for i in range(n):
-        x[i] = (x[i] - mean) * inv
-    return mean, std
 
 
 # ------------------------------------------------------------- minibatch gather

@@ -1,10 +1,13 @@
 """Launch the buffer kernels on torch tensors: the CUDA kernel on CUDA tensors (on torch's
 current stream, so they order with torch ops without a device-wide sync and can be captured
 in a CUDA graph), the ``@njit`` twin on CPU tensors. Both see the tensor's memory zero-copy.
+Advantage normalisation is plain torch ops here (per group, optionally over ranks): one
+implementation for one agent, many agents and several processes.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -42,17 +45,6 @@ def stream(device: torch.device):
     return handle
 
 
-_MOMENTS: dict[torch.device, tuple[torch.Tensor, Any]] = {}
-
-
-def _moments_scratch(device: torch.device) -> tuple[torch.Tensor, Any]:
-    """A per-device float64 (sum, sum of squares) pair and its Numba view, made once."""
-    if device not in _MOMENTS:
-        moments = torch.zeros(2, dtype=torch.float64, device=device)
-        _MOMENTS[device] = (moments, numba_view(moments))
-    return _MOMENTS[device]
-
-
 def gae(
     rewards: Any,
     values: Any,
@@ -75,27 +67,33 @@ def gae(
         kernels.gae_cpu(*args, advantages)
 
 
-def normalize_(x: torch.Tensor, eps: float = 1e-8, view: Any = None) -> None:
-    """Normalise ``x`` in place to zero mean and unit (unbiased) std without a host round trip.
+def normalize_(
+    x: torch.Tensor,
+    eps: float = 1e-8,
+    groups: int = 1,
+    all_reduce: Callable[[torch.Tensor], None] | None = None,
+) -> None:
+    """Advantage normalisation, the one implementation: in place, per group,
+    x <- (x - mean) / (std + eps) with the unbiased std, without a host round trip.
 
     Args:
-        x: contiguous float tensor, any shape.
+        x: (num_steps, groups * n) float tensor; group k is the k-th block of n columns (the
+            k-th agent's envs with --num-agents).
         eps: added to the std.
-        view: cached ``numba_view(x.view(-1))``; made here if None.
+        groups: number of column blocks with statistics of their own.
+        all_reduce: sums a tensor in place over every rank (distributed runs), so the
+            statistics are those of all ranks' samples.
     """
-    flat = x.view(-1)
-    view = numba_view(flat) if view is None else view
-    if x.device.type != "cuda":
-        kernels.normalize_cpu(view, eps)
-        return
-    # Reused scratch is safe: every use is ordered on the same stream.
-    moments, moments_view = _moments_scratch(x.device)
-    moments.zero_()
-    launch_stream = stream(x.device)
-    tpb = kernels.THREADS_PER_BLOCK
-    blocks = min(kernels.blocks_for(flat.numel()), kernels.REDUCE_BLOCKS_MAX)
-    kernels.moments_cuda[blocks, tpb, launch_stream](view, moments_view)
-    kernels.normalize_cuda[blocks, tpb, launch_stream](view, moments_view, float(eps))
+    g = x.view(x.shape[0], groups, -1)  # (T, K, n)
+    wide = g.double()
+    count = torch.full_like(wide[0, :, 0], float(g.shape[0] * g.shape[2]))  # a device fill
+    stats = torch.stack((wide.sum((0, 2)), wide.square().sum((0, 2)), count))  # (3, K)
+    if all_reduce is not None:
+        all_reduce(stats)
+    total, total_sq, n = stats.unbind()
+    mean = total / n
+    std = ((total_sq - n * mean.square()) / (n - 1).clamp_min(1)).clamp_min(0).sqrt()
+    g.sub_(mean.view(1, groups, 1).to(x.dtype)).div_(std.view(1, groups, 1).to(x.dtype) + eps)
 
 
 def gather(src: Any, index: Any, dst: Any, device: torch.device) -> None:

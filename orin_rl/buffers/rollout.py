@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
@@ -156,7 +156,6 @@ class RolloutBuffer:
             ]
         self._perm = torch.zeros(self.batch_size, dtype=torch.int64, device=self.storage_device)
         self._perm_view = ops.numba_view(self._perm)
-        self._advantages_view = ops.numba_view(self._store["advantages"].tensor.view(-1))
 
     @property
     def storage_device(self) -> torch.device:
@@ -221,9 +220,12 @@ class RolloutBuffer:
         if normalize:
             self.normalize_advantages()
 
-    def normalize_advantages(self) -> None:
-        """Advantages to zero mean and unit std in place (the storage device's kernel)."""
-        ops.normalize_(self.advantages, view=self._advantages_view)
+    def normalize_advantages(
+        self, groups: int = 1, all_reduce: Callable[[torch.Tensor], None] | None = None
+    ) -> None:
+        """Advantages to zero mean and unit std in place, per group of env columns and over
+        every rank when ``all_reduce`` is given (``ops.normalize_``)."""
+        ops.normalize_(self.advantages, groups=groups, all_reduce=all_reduce)
 
     def minibatches(self, num_epochs: int) -> Iterator[Batch]:
         """Yield ``num_epochs * num_minibatches`` minibatches, shuffled by torch's global RNG.

@@ -1,4 +1,4 @@
-"""Normalisation, gather and step-write kernels (CUDA kernel and @njit twin) against numpy."""
+"""Gather and step-write kernels (CUDA kernel and @njit twin) and the advantage normalisation, against numpy."""
 
 from __future__ import annotations
 
@@ -17,42 +17,40 @@ def normalized_reference(x: np.ndarray, eps: float = 1e-8) -> np.ndarray:
 
 
 class TestNormalize:
-    @pytest.mark.parametrize("n", SIZES)
-    def test_cpu_twin(self, rng, n):
-        x = rng.normal(3.0, 2.0, size=n).astype(np.float32)
-        expected = normalized_reference(x)
-        original = x.astype(np.float64)
-        mean, std = kernels.normalize_cpu(x, 1e-8)
-        np.testing.assert_allclose(x, expected, rtol=1e-4, atol=1e-5)
-        assert mean == pytest.approx(original.mean(), rel=1e-5, abs=1e-6)
-        assert std == pytest.approx(original.std(ddof=1) if n > 1 else 0.0, rel=1e-5, abs=1e-6)
+    """ops.normalize_, the one advantage normalisation, against a float64 reference."""
 
-    @pytest.mark.parametrize("n", [2, 257, 1000])
-    def test_cuda_kernels(self, rng, n):
-        x = rng.normal(-1.0, 5.0, size=n)
-        expected = normalized_reference(x)
-        moments = np.zeros(2)
-        blocks = min(kernels.blocks_for(n), kernels.REDUCE_BLOCKS_MAX)
-        kernels.moments_cuda[blocks, kernels.THREADS_PER_BLOCK](x, moments)
-        np.testing.assert_allclose(moments, [x.sum(), (x * x).sum()], rtol=1e-10)
-        kernels.normalize_cuda[blocks, kernels.THREADS_PER_BLOCK](x, moments, 1e-8)
-        np.testing.assert_allclose(x, expected, rtol=1e-8, atol=1e-10)
-
-    def test_torch_launcher_cpu(self, rng):
-        x = torch.from_numpy(rng.normal(size=(16, 8)).astype(np.float32))
-        expected = normalized_reference(x.numpy())
-        ops.normalize_(x)
+    @pytest.mark.parametrize(
+        ("steps", "groups", "n"), [(1, 1, 2), (16, 1, 8), (7, 3, 5), (128, 4, 33)]
+    )
+    def test_per_group_against_numpy(self, rng, steps, groups, n):
+        host = (rng.normal(size=(steps, groups, n)) * rng.uniform(0.5, 9.0, (1, groups, 1))
+                + rng.normal(0, 5.0, (1, groups, 1))).astype(np.float32)  # fmt: skip
+        x = torch.from_numpy(host.reshape(steps, groups * n).copy())
+        ops.normalize_(x, groups=groups)
+        expected = np.stack(
+            [normalized_reference(host[:, k, :]) for k in range(groups)], axis=1
+        ).reshape(steps, groups * n)
         np.testing.assert_allclose(x.numpy(), expected, rtol=1e-4, atol=1e-5)
-        assert abs(float(x.mean())) < 1e-5 and float(x.std()) == pytest.approx(1.0, rel=1e-4)
+
+    def test_all_reduce_sees_every_rank(self, rng):
+        """With an all-reduce that doubles (two identical ranks) the statistics are those of
+        the doubled sample: the same mean, and the std of 2n samples (unbiased)."""
+        host = rng.normal(1.0, 2.0, size=(10, 6)).astype(np.float32)
+        x = torch.from_numpy(host.copy())
+        ops.normalize_(x, all_reduce=lambda t: t.mul_(2))
+        doubled = np.concatenate([host.ravel(), host.ravel()])
+        expected = (host - doubled.mean()) / (doubled.std(ddof=1) + 1e-8)
+        np.testing.assert_allclose(x.numpy(), expected, rtol=1e-4, atol=1e-5)
 
     @pytest.mark.gpu
-    def test_torch_launcher_cuda(self, rng):
+    def test_cuda(self, rng):
         host = rng.normal(2.0, 3.0, size=(128, 4096)).astype(np.float32)
         x = torch.from_numpy(host).cuda()
-        ops.normalize_(x)
-        np.testing.assert_allclose(
-            x.cpu().numpy(), normalized_reference(host), rtol=1e-4, atol=1e-4
+        ops.normalize_(x, groups=4)
+        expected = np.concatenate(
+            [normalized_reference(part) for part in np.split(host, 4, axis=1)], axis=1
         )
+        np.testing.assert_allclose(x.cpu().numpy(), expected, rtol=1e-4, atol=1e-4)
 
 
 class TestGather:

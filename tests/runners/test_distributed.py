@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from orin_rl import distributed
+from orin_rl.buffers import ops
 from tests.runners.test_train_e2e import orin_rl
 
 
@@ -49,8 +50,8 @@ def test_helpers_in_a_single_process_group(tmp_path):
     try:
         x = torch.randn(1000) * 3 + 2
         y = x.clone()
-        distributed.normalize_global_(y)
-        assert torch.allclose(y, (x - x.mean()) / (x.std() + 1e-8), atol=1e-5)
+        distributed.all_reduce_sum_(y)
+        assert torch.equal(x, y)  # one rank: the sum is itself
         lin = torch.nn.Linear(3, 2)
         lin(torch.randn(4, 3)).sum().backward()
         before = [p.grad.clone() for p in lin.parameters()]
@@ -116,9 +117,9 @@ def _two_rank_worker(rank: int, store: str, out: str) -> None:
         lin(torch.randn(5, 3, generator=gen)).square().sum().backward()
         own_grads = [p.grad.clone() for p in lin.parameters()]
         distributed.average_gradients(list(lin.parameters()), 2)
-        adv = torch.randn(50, generator=gen) * (1 + rank) + 3 * rank
+        adv = torch.randn(1, 50, generator=gen) * (1 + rank) + 3 * rank
         own_adv = adv.clone()
-        distributed.normalize_global_(adv)
+        ops.normalize_(adv, all_reduce=distributed.all_reduce_sum_)  # what distributed PPO does
         rows = distributed.all_gather_rows(torch.full((2, 3), float(rank)), 2)
         flags = distributed.any_rank([rank == 1, False], torch.device("cpu"))
         torch.save(
@@ -145,7 +146,7 @@ def test_collectives_across_two_ranks_with_different_data(tmp_path):
                                   strict=True):  # fmt: skip
         assert not torch.allclose(own0, own1)  # the ranks really differed
         assert torch.allclose(g0, (own0 + own1) / 2) and torch.equal(g0, g1)
-    both = torch.cat((r0["own_adv"], r1["own_adv"]))
+    both = torch.cat((r0["own_adv"], r1["own_adv"]), dim=1)
     mean, std = both.mean(), both.std()
     assert torch.allclose(r0["adv"], (r0["own_adv"] - mean) / (std + 1e-8), atol=1e-5)
     assert torch.allclose(r1["adv"], (r1["own_adv"] - mean) / (std + 1e-8), atol=1e-5)
