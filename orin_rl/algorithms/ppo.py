@@ -229,7 +229,17 @@ class PPO:
         stats["charts/learning_rate"] = lr
         return stats
 
+    loss_scale = 1.0
+    """Factor on the minibatch loss (the many-agents form sums its agents' mean losses)."""
+
+    def clip_gradients(self) -> None:
+        """Average the gradients over ranks (one all-reduce), then clip their global norm."""
+        if self.dist.enabled:  # every rank takes the same step
+            distributed.average_gradients(self._params, self.dist.world_size)
+        nn.utils.clip_grad_norm_(self.policy.parameters(), self.cfg.max_grad_norm)
+
     def _minibatch_step(self, mb) -> tuple[torch.Tensor, ...]:
+        """One gradient step on a minibatch (fields as in ``Batch``); returns the loss terms."""
         cfg = self.cfg
         with self.autocast:  # the heads come back fp32 (ActorCritic), the losses stay fp32
             logprobs, entropy, values = self.policy.evaluate(mb.obs, mb.actions)
@@ -239,14 +249,12 @@ class PPO:
             values, mb.values, mb.returns, cfg.clip_coef if cfg.clip_value_loss else None
         )
         ent = entropy.mean()
-        loss = pg_loss - cfg.ent_coef * ent + cfg.vf_coef * v_loss
+        loss = self.loss_scale * (pg_loss - cfg.ent_coef * ent + cfg.vf_coef * v_loss)
         # A captured graph keeps its gradient tensors: zero them in place instead of freeing.
         self.optimizer.zero_grad(set_to_none=not self.capturable)
         self.scaler.scale(loss).backward()
         self.scaler.unscale_(self.optimizer)  # clip the true gradients
-        if self.dist.enabled:  # one all-reduce: every rank takes the same step
-            distributed.average_gradients(self._params, self.dist.world_size)
-        nn.utils.clip_grad_norm_(self.policy.parameters(), cfg.max_grad_norm)
+        self.clip_gradients()
         self.scaler.step(self.optimizer)  # fused Adam skips the step on inf/NaN, no host read
         self.scaler.update()
         with torch.no_grad():

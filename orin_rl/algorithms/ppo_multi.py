@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import torch
 
-from orin_rl.algorithms.ppo import PPO, approx_kl, clipped_surrogate_loss, value_loss
-from orin_rl.buffers import RolloutBuffer
+from orin_rl.algorithms.ppo import PPO
+from orin_rl.buffers import Batch, RolloutBuffer
 from orin_rl.config import PPOConfig
 from orin_rl.models.batched import BatchedActorCritic, per_agent_clip_grad_norm_
 
@@ -33,6 +33,9 @@ class MultiAgentPPO(PPO):
         self.num_agents = policy.num_agents
         self.envs_per_agent = buffer.num_envs // self.num_agents
         self.value_all_final_obs = True  # a subset of envs would not split into agents
+        # Means over (K, mb) times K = the sum of the agents' own PPO losses, so each agent's
+        # gradient is that of its own loss.
+        self.loss_scale = float(self.num_agents)
 
     def _split(self, x: torch.Tensor) -> torch.Tensor:
         """(K * N, ...) -> (K, N, ...)."""
@@ -82,29 +85,11 @@ class MultiAgentPPO(PPO):
             perm = torch.argsort(torch.rand(k, samples, device=rows.device), dim=1)
             for j in range(cfg.num_minibatches):
                 idx = perm[:, j * mb : (j + 1) * mb]  # (K, mb): each agent its own samples
-                batch = {n: v[rows, idx] for n, v in data.items()}
-                sums += torch.stack(self._agents_step(batch)).detach()
+                batch = Batch(**{n: v[rows, idx] for n, v in data.items()})  # (K, mb, ...)
+                sums += torch.stack(self._minibatch_step(batch)).detach()
                 num_updates += 1
         return num_updates, cfg.num_epochs
 
-    def _agents_step(self, b: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
-        cfg, k = self.cfg, self.num_agents
-        with self.autocast:
-            logprobs, entropy, values = self.policy.evaluate(b["obs"], b["actions"])
-        # Means over (K, mb) times K = the sum of the agents' own PPO losses.
-        pg = clipped_surrogate_loss(logprobs, b["logprobs"], b["advantages"], cfg.clip_coef)
-        v = value_loss(
-            values, b["values"], b["returns"], cfg.clip_coef if cfg.clip_value_loss else None
-        )
-        ent = entropy.mean()
-        loss = k * (pg - cfg.ent_coef * ent + cfg.vf_coef * v)
-        self.optimizer.zero_grad(set_to_none=not self.capturable)
-        self.scaler.scale(loss).backward()
-        self.scaler.unscale_(self.optimizer)
-        per_agent_clip_grad_norm_(self._params, cfg.max_grad_norm)
-        self.scaler.step(self.optimizer)
-        self.scaler.update()
-        with torch.no_grad():
-            kl = approx_kl(logprobs, b["logprobs"])
-            clip_frac = ((logprobs - b["logprobs"]).exp().sub(1.0).abs() > cfg.clip_coef).float()
-        return pg, v, ent, kl, clip_frac.mean()
+    def clip_gradients(self) -> None:
+        """Each agent's gradient norm clipped on its own (no agent limits another)."""
+        per_agent_clip_grad_norm_(self._params, self.cfg.max_grad_norm)

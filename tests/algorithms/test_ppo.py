@@ -88,3 +88,42 @@ class TestUpdate:
         env, algo = self._algo(target_kl=1e-12, learning_rate=1e-2)
         self._rollout(env, algo)
         assert algo.update()["losses/epochs"] == 1
+
+
+@pytest.mark.parametrize("max_grad_norm", [1e9, 0.05], ids=["unclipped", "clipped"])
+def test_many_agents_step_gives_each_agent_its_own_ppo_gradient(rng, max_grad_norm):
+    """The shared minibatch step on K stacked agents leaves, for each agent, the gradient a
+    single-agent PPO step computes on that agent's minibatch (loss summed over agents, clipped
+    per agent)."""
+    from orin_rl.algorithms.ppo_multi import MultiAgentPPO
+    from orin_rl.buffers import Batch
+    from orin_rl.models.batched import BatchedActorCritic
+
+    k, mb = 3, 16
+    spec = PolicySpec([4], "discrete", 2, hidden_sizes=[8, 8])
+    cfg = PPOConfig(num_steps=4, num_minibatches=1, max_grad_norm=max_grad_norm, ent_coef=0.01)
+    multi_policy = BatchedActorCritic(spec, k)
+    singles = [multi_policy.agent(i) for i in range(k)]
+    device = torch.device("cpu")
+
+    def buffer(envs):
+        return RolloutBuffer(4, envs, (4,), (), torch.int64, device, "host", 1)
+
+    multi = MultiAgentPPO(multi_policy, buffer(2 * k), cfg, 10, device)
+    single_algos = [PPO(p, buffer(2), cfg, 10, device) for p in singles]
+    data = {
+        "obs": torch.from_numpy(rng.normal(size=(k, mb, 4)).astype("float32")),
+        "actions": torch.from_numpy(rng.integers(0, 2, (k, mb))),
+        "logprobs": torch.from_numpy(rng.normal(-0.7, 0.1, (k, mb)).astype("float32")),
+        "values": torch.from_numpy(rng.normal(size=(k, mb)).astype("float32")),
+        "advantages": torch.from_numpy(rng.normal(size=(k, mb)).astype("float32")),
+        "returns": torch.from_numpy(rng.normal(size=(k, mb)).astype("float32")),
+    }
+    multi._minibatch_step(Batch(**data))
+    for i, algo in enumerate(single_algos):
+        algo._minibatch_step(Batch(**{name: v[i] for name, v in data.items()}))
+        for net in ("actor", "critic"):
+            batched, single = getattr(multi_policy, net), getattr(singles[i], net)
+            for layer, (w, b) in enumerate(zip(batched.weights, batched.biases, strict=True)):
+                torch.testing.assert_close(w.grad[i].T, single[2 * layer].weight.grad)
+                torch.testing.assert_close(b.grad[i, 0], single[2 * layer].bias.grad)
