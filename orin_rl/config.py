@@ -183,8 +183,9 @@ class BufferConfig:
     """Where the rollout storage lives."""
 
     placement: Literal["auto", "host", "device", "pinned", "managed"] = "auto"
-    """Memory: `auto` picks managed on an integrated GPU (Orin), device on a discrete GPU fed
-    from the GPU, pinned on a discrete GPU fed from CPU envs, host on the CPU."""
+    """Memory: `auto` picks managed on an integrated GPU (Orin), device on a discrete GPU
+    (where the learner reads it, whichever envs feed it), host on the CPU; `pinned` (page-locked
+    host memory) only when asked, e.g. for a replay buffer larger than the GPU's memory."""
 
 
 @dataclass

@@ -32,7 +32,7 @@ def sac_updates_per_s(graphs: bool, updates: int, repeats: int) -> dict:
     spec = PolicySpec.from_spaces(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Box(-2, 2, (1,)),
                                   hidden_sizes=[256, 256], activation="relu", squash=True)  # fmt: skip
     sac = SAC(spec, SACConfig(batch_size=256, hidden_sizes=[256, 256], buffer_size=100_000),
-              1, dev, "device", dev, 1, graphs=graphs)  # fmt: skip
+              1, dev, "device", 1, graphs=graphs)  # fmt: skip
     n = 100_000
     sac.replay.add({
         "obs": torch.randn(n, 3, device=dev), "actions": torch.rand(n, 1, device=dev) * 4 - 2,

@@ -21,9 +21,8 @@ class DQN(OffPolicyAlgorithm):
     loss_names = ("td", "q_mean")
 
     def __init__(self, spec: PolicySpec, cfg: DQNConfig, num_envs: int, device, placement,
-                 data_device, log_every: int, total_steps: int,
-                 precision: str = "fp32"):  # fmt: skip
-        super().__init__(spec, cfg, num_envs, device, placement, data_device, log_every,
+                 log_every: int, total_steps: int, precision: str = "fp32"):  # fmt: skip
+        super().__init__(spec, cfg, num_envs, device, placement, log_every,
                          n_step=cfg.n_step, precision=precision)  # fmt: skip
         self.policy = ActorCritic(spec).to(device)
         self.q = self.policy.actor

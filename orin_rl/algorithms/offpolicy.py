@@ -92,7 +92,6 @@ class OffPolicyAlgorithm:
         num_envs: int,
         device: torch.device,
         placement: str,
-        data_device: torch.device,
         log_every: int,
         n_step: int = 1,
         graphs: bool = False,
@@ -129,11 +128,11 @@ class OffPolicyAlgorithm:
         }
         if cfg.prioritized:
             self.replay: ReplayBuffer = PrioritizedReplayBuffer(
-                cfg.buffer_size, fields, device, placement, data_device,
+                cfg.buffer_size, fields, device, placement,
                 alpha=cfg.per_alpha, beta=cfg.per_beta,
             )  # fmt: skip
         else:
-            self.replay = ReplayBuffer(cfg.buffer_size, fields, device, placement, data_device)
+            self.replay = ReplayBuffer(cfg.buffer_size, fields, device, placement)
         self.nstep = NStepAccumulator(n_step, cfg.gamma) if n_step > 1 else None
         self.iteration = 0
         self.env_steps = 0

@@ -42,9 +42,8 @@ class SAC(OffPolicyAlgorithm):
     loss_names = ("critic", "actor", "alpha", "entropy", "q_mean")
 
     def __init__(self, spec: PolicySpec, cfg: SACConfig, num_envs: int, device, placement,
-                 data_device, log_every: int, graphs: bool = False,
-                 precision: str = "fp32"):  # fmt: skip
-        super().__init__(spec, cfg, num_envs, device, placement, data_device, log_every,
+                 log_every: int, graphs: bool = False, precision: str = "fp32"):  # fmt: skip
+        super().__init__(spec, cfg, num_envs, device, placement, log_every,
                          graphs=graphs, precision=precision)  # fmt: skip
         self.policy = ActorCritic(spec).to(device)  # its actor is the SAC actor
         obs_dim = math.prod(spec.obs_shape)

@@ -50,21 +50,19 @@ def is_integrated(device: torch.device) -> bool:
     return bool(getattr(props, "is_integrated", False))
 
 
-def resolve_placement(
-    placement: str, device: torch.device, data_device: torch.device | None = None
-) -> tuple[str, str]:
-    """Return (placement, reason) for a request, the learner's ``device`` and ``data_device``,
-    where the data written into the buffer comes from (the environments' device).
+def resolve_placement(placement: str, device: torch.device) -> tuple[str, str]:
+    """Return (placement, reason) for a request and the learner's ``device``.
 
     ``auto``: CPU learner → host; integrated GPU → managed (CPU and GPU share the DRAM, so
-    neither side copies); discrete GPU fed from the GPU → device; discrete GPU fed from
-    CPU environments → pinned (page-locked host memory, copied asynchronously).
+    neither side copies); discrete GPU → device, wherever the environments run: the policy
+    reads every observation on the GPU in the step that produced it, and the update reads the
+    stored transitions there, so host memory (pinned included) would add a copy each way.
+    ``pinned`` stays for an explicit request (a replay buffer larger than the GPU's memory).
     """
     if placement not in ("auto", *PLACEMENTS):
         raise PlacementError(
             f"unknown buffer placement {placement!r}; choose auto, {', '.join(PLACEMENTS)}"
         )
-    data_device = device if data_device is None else torch.device(data_device)
     if placement == "auto":
         if device.type != "cuda":
             return "host", "learner on the CPU: buffer in host memory"
@@ -72,9 +70,7 @@ def resolve_placement(
             if cuda_simulated():
                 return "host", "integrated GPU, but the Numba simulator has no managed memory"
             return "managed", "integrated GPU shares DRAM with the CPU: unified (managed) memory"
-        if data_device.type == "cuda":
-            return "device", "discrete GPU fed from the GPU: buffer in device memory"
-        return "pinned", "discrete GPU fed from CPU environments: pinned host memory"
+        return "device", "discrete GPU: buffer in device memory, where the learner reads it"
     if placement in ("device", "managed") and device.type != "cuda":
         raise PlacementError(
             f"buffer placement {placement!r} needs a CUDA learner; use --device cuda or "

@@ -71,7 +71,6 @@ class ReplayBuffer:
         fields: name → FieldSpec (or (shape, dtype)) of every stored field.
         device: the learner's device (where sampled batches are used).
         placement: ``auto`` or one of memory.PLACEMENTS.
-        data_device: where added data comes from (decides ``auto``; defaults to ``device``).
     """
 
     def __init__(
@@ -80,7 +79,6 @@ class ReplayBuffer:
         fields: Mapping[str, FieldSpec | tuple],
         device: torch.device | str = "cpu",
         placement: str = "auto",
-        data_device: torch.device | str | None = None,
     ):
         if capacity <= 0:
             raise ReplayError(f"capacity must be positive, got {capacity}")
@@ -89,9 +87,7 @@ class ReplayBuffer:
         self.capacity = capacity
         self.device = torch.device(device)
         self.specs = _as_specs(fields)
-        self.placement, self.placement_reason = memory.resolve_placement(
-            placement, self.device, data_device
-        )
+        self.placement, self.placement_reason = memory.resolve_placement(placement, self.device)
         log.info("replay buffer placement: %s (%s)", self.placement, self.placement_reason)
         self._store = {
             name: memory.allocate((capacity, *spec.shape), spec.dtype, self.placement, self.device)
@@ -263,12 +259,11 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         fields: Mapping[str, FieldSpec | tuple],
         device: torch.device | str = "cpu",
         placement: str = "auto",
-        data_device: torch.device | str | None = None,
         alpha: float = 0.6,
         beta: float = 0.4,
         eps: float = 1e-6,
     ):
-        super().__init__(capacity, fields, device, placement, data_device)
+        super().__init__(capacity, fields, device, placement)
         if alpha < 0 or not 0 <= beta <= 1 or eps <= 0:
             raise ReplayError(
                 f"need alpha >= 0, 0 <= beta <= 1, eps > 0; got {alpha}, {beta}, {eps}"

@@ -94,14 +94,11 @@ class RolloutBuffer:
         device: torch.device | str = "cpu",
         placement: str = "auto",
         num_minibatches: int = 1,
-        data_device: torch.device | str | None = None,
     ):
         self.num_steps = num_steps
         self.num_envs = num_envs
         self.device = torch.device(device)
-        self.placement, self.placement_reason = memory.resolve_placement(
-            placement, self.device, data_device
-        )
+        self.placement, self.placement_reason = memory.resolve_placement(placement, self.device)
         log.info("rollout buffer placement: %s (%s)", self.placement, self.placement_reason)
         self.batch_size = num_steps * num_envs
         if self.batch_size % num_minibatches:

@@ -210,7 +210,7 @@ class Trainer:
             squash=cfg.train.algo == "sac",
         )
         common = (self.policy_spec, sub, cfg.env.num_envs, self.device, cfg.buffer.placement,
-                  self.env.device, cfg.train.log_every)  # fmt: skip
+                  cfg.train.log_every)  # fmt: skip
         if cfg.train.algo == "sac":
             graphs = cfg.train.cuda_graphs
             if graphs and (self.device.type != "cuda" or cfg.sac.prioritized):
@@ -259,7 +259,6 @@ class Trainer:
             self.device,
             cfg.buffer.placement,
             cfg.ppo.num_minibatches,
-            data_device=self.env.device,
         )
         self.use_graphs = False
         if cfg.train.cuda_graphs:

@@ -27,14 +27,14 @@ CPU = torch.device("cpu")
 def _dqn(precision: str = "fp32", **kw) -> DQN:
     spec = PolicySpec.from_spaces(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Discrete(2),
                                   hidden_sizes=[8], activation="relu")  # fmt: skip
-    return DQN(spec, DQNConfig(**kw), 1, CPU, "auto", CPU, 1, total_steps=1000,
+    return DQN(spec, DQNConfig(**kw), 1, CPU, "auto", 1, total_steps=1000,
                precision=precision)  # fmt: skip
 
 
 def _sac(precision: str = "fp32", **kw) -> SAC:
     spec = PolicySpec.from_spaces(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Box(-2, 2, (1,)),
                                   hidden_sizes=[8], activation="relu", squash=True)  # fmt: skip
-    return SAC(spec, SACConfig(**kw), 1, CPU, "auto", CPU, 1, precision=precision)
+    return SAC(spec, SACConfig(**kw), 1, CPU, "auto", 1, precision=precision)
 
 
 def _fill(algo, n: int, rng: np.random.Generator) -> None:

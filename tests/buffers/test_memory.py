@@ -22,18 +22,16 @@ def gpu(monkeypatch):
 
 
 @pytest.mark.parametrize(
-    ("integrated", "simulated", "data_device", "expected"),
+    ("integrated", "simulated", "expected"),
     [
-        (True, False, CPU, "managed"),  # Orin: CPU and GPU share DRAM
-        (True, False, CUDA, "managed"),
-        (True, True, CPU, "host"),  # the simulator has no managed memory
-        (False, False, CUDA, "device"),  # discrete GPU, GPU-native envs
-        (False, False, CPU, "pinned"),  # discrete GPU fed by CPU envs
+        (True, False, "managed"),  # Orin: CPU and GPU share DRAM
+        (True, True, "host"),  # the simulator has no managed memory
+        (False, False, "device"),  # discrete GPU: where the learner reads it
     ],
 )
-def test_auto_policy(gpu, integrated, simulated, data_device, expected):
+def test_auto_policy(gpu, integrated, simulated, expected):
     gpu(integrated, simulated)
-    placement, reason = memory.resolve_placement("auto", CUDA, data_device)
+    placement, reason = memory.resolve_placement("auto", CUDA)
     assert placement == expected and reason
 
 
