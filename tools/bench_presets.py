@@ -6,6 +6,9 @@ Each variant is one ``orin-rl train --env Hopper-v5`` (CPU learner) with periodi
 unseen seeds. Writes ``docs/benchmarks/hopper_presets_cpu.{json,md,png}``.
 
     python tools/bench_presets.py [--steps 1000000] [--variants A,B,...]
+
+``--suite classic``: the Acrobot-v1 and Pendulum-v1 presets as they stand, seeds 1..N, each
+run once as a user would; writes ``docs/benchmarks/classic_presets_cpu.{json,md}``.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import statistics
 import subprocess
 import sys
 import time
@@ -38,6 +42,61 @@ VARIANTS = {
          "--set", "ppo.clip_value_loss=false"],
     ),
 }  # fmt: skip
+
+
+CLASSIC = ("Acrobot-v1", "Pendulum-v1")
+
+
+def run_classic(env_id: str, seed: int, workdir: Path) -> dict:
+    """One ``orin-rl train --env ID --seed S`` with the preset as it stands: does it solve?"""
+    run = workdir / f"{env_id}-{seed}"
+    cmd = [sys.executable, "-m", "orin_rl.cli", "-q", "train", "--no-progress", "--overwrite",
+           "--env", env_id, "--device", "cpu", "--seed", str(seed), "--out", str(run)]  # fmt: skip
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        return {"env_id": env_id, "seed": seed, "error": proc.stderr[-2000:]}
+    s = json.loads((run / "summary.json").read_text())
+    return {
+        "env_id": env_id,
+        "seed": seed,
+        "command": ["orin-rl", *cmd[4:]],
+        "process_wall_s": time.perf_counter() - start,
+        "solved": s["solved"],
+        "threshold": s["solved_threshold"],
+        "stop_reason": s["stop_reason"],
+        "total_steps": s["total_steps"],
+        "train_wall_s": s["wall_time_s"],
+        "final_eval_mean": s["eval_return_mean"],
+        "final_eval_std": s["eval_return_std"],
+        "solved_at": s["solved_at"],
+    }
+
+
+def classic_markdown(result: dict) -> str:
+    lines = [
+        "# Classic-control presets on the CPU box: do they reach their thresholds?",
+        "",
+        f"CPU box ({result['machine']}); each run is `orin-rl train --env ID --device cpu "
+        "--seed S` with the preset in `orin_rl/presets.py`: it stops once two periodic "
+        "evaluations in a row and then the verdict evaluation (20 episodes on unseen seeds) "
+        "reach the threshold, or at the preset's step cap. Command: `python tools/bench_presets.py "
+        "--suite classic`.",
+        "",
+        "| env | threshold | solved runs | steps to stop (median) | final evaluations |",
+        "|---|---|---|---|---|",
+    ]
+    for env_id in CLASSIC:
+        rows = [r for r in result["rows"] if r["env_id"] == env_id and "error" not in r]
+        if not rows:
+            continue
+        solved = sum(r["solved"] for r in rows)
+        steps = statistics.median(r["total_steps"] for r in rows)
+        finals = ", ".join(f"{r['final_eval_mean']:.1f}" for r in rows)
+        lines.append(
+            f"| {env_id} | {rows[0]['threshold']:g} | {solved}/{len(rows)} | {steps:,.0f} | {finals} |"
+        )
+    return "\n".join(lines) + "\n"
 
 
 def run_variant(key: str, steps: int, workdir: Path) -> dict:
@@ -129,11 +188,24 @@ def plot(result: dict, path: Path) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--suite", choices=["hopper", "classic"], default="hopper")
+    parser.add_argument("--seeds", type=int, default=5, help="classic: seeds 1..N per env")
     parser.add_argument("--steps", type=int, default=1_000_000)
     parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--workdir", type=Path, default=ROOT / "runs" / "bench-presets")
     parser.add_argument("--write", type=Path, default=ROOT / "docs/benchmarks/hopper_presets_cpu")
     args = parser.parse_args()
+    if args.suite == "classic":
+        rows = []
+        for env_id in CLASSIC:
+            for seed in range(1, args.seeds + 1):
+                rows.append(run_classic(env_id, seed, args.workdir))
+                print(json.dumps({k: v for k, v in rows[-1].items() if k != "command"}), flush=True)
+        result = {"machine": f"{platform.node()}, Python {platform.python_version()}", "rows": rows}
+        dest = ROOT / "docs/benchmarks/classic_presets_cpu"
+        dest.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
+        dest.with_suffix(".md").write_text(classic_markdown(result))
+        return 0
     rows = []
     for key in args.variants.split(","):
         print(f"variant {key}: {VARIANTS[key][0]}", flush=True)
