@@ -172,7 +172,8 @@ def markdown(result: dict) -> str:
              f"`{result['command']}`, {result['date']}, torch {result['torch']}.", ""]  # fmt: skip
     if "rows" in result:
         lines += ["| run | wall s (process) | steps/s (process) | steps/s (training loop) | "
-                  "final eval | PureJaxRL wall s (quoted) | our process wall / PureJaxRL's |",
+                  "final eval | PureJaxRL wall s (quoted from issue 4, not run here) | "
+                  "our process wall / PureJaxRL's |",
                   "|---|---|---|---|---|---|---|"]  # fmt: skip
         for r in result["rows"]:
             ref = REFERENCE.get(r["reference"] or "", {})
@@ -191,7 +192,7 @@ def markdown(result: dict) -> str:
                   "PureJaxRL's quoted figure, which was not run here and excludes JAX's compile "
                   "time: unlike quantities, so read it as an upper bound on how much slower we "
                   "are, not as a measured ratio.", "",
-                  f"CleanRL ppo.py on this machine kind (quoted): "
+                  f"CleanRL ppo.py on this machine kind (quoted from issue 4, not run here): "
                   f"{result['cleanrl_steps_per_s']:,} steps/s.", ""]  # fmt: skip
     else:
         s = result["summary"]

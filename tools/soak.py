@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -65,7 +66,16 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks")
     args = parser.parse_args()
     cli = [sys.executable, "-m", "orin_rl.cli", "-q"]
-    result: dict = {"date": time.strftime("%Y-%m-%d")}
+    import platform
+
+    import torch
+
+    result: dict = {
+        "date": time.strftime("%Y-%m-%d"),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "cpus": os.cpu_count(),
+    }
     with tempfile.TemporaryDirectory() as tmp:
         run = Path(tmp) / "run"
         code, samples, wall = sampled(
@@ -130,6 +140,9 @@ def main() -> None:
     t, lp = result["train"], result["loop"]
     md = (
         f"# Soak (CPU box, {result['date']})\n\n"
+        f"torch {result['torch']}, Python {result['python']}, {result['cpus']} CPUs. "
+        "Command: `python tools/soak.py`. RSS sampled once a second from outside the process; "
+        "growth = last sample - first sample after the first tenth.\n\n"
         f"Training: {t['steps']:,} CartPole steps in {t['wall_s']:.0f} s ({t['steps_per_s']:,.0f} steps/s), "
         f"RSS after warm-up {t['rss'].get('after_warmup_mb', float('nan')):.0f} MiB → end "
         f"{t['rss'].get('end_mb', float('nan')):.0f} MiB: **growth {t['rss'].get('growth_mb', float('nan')):+.1f} MiB** "
