@@ -15,12 +15,12 @@ def test_precedence_preset_file_flag_set(tmp_path):
     cfg_file = tmp_path / "c.yaml"
     cfg_file.write_text("env:\n  env_id: Acrobot-v1\n  num_envs: 4\nppo:\n  num_steps: 64\n")
     cfg = cli.train_config(
-        parse("--config", str(cfg_file), "--num-envs", "2", "--set", "ppo.num_steps=16")
+        parse("--config", str(cfg_file), "--num-envs", "2", "--set", "ppo.num_steps=32")
     )
     assert cfg.env.env_id == "Acrobot-v1"
     assert cfg.ppo.normalize_obs is True  # from the Acrobot preset
     assert cfg.env.num_envs == 2  # flag beats file
-    assert cfg.ppo.num_steps == 16  # --set beats all
+    assert cfg.ppo.num_steps == 32  # --set beats all (2 x 32 = 64: the preset's 64 minibatches)
 
 
 @pytest.mark.parametrize(
