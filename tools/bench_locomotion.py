@@ -78,8 +78,8 @@ def _machine() -> dict[str, Any]:
 
         info.update(mujoco=mujoco.__version__, mujoco_warp=mujoco_warp.__version__)
         info["warp"] = warp.config.version
-    except ImportError:
-        pass
+    except ImportError:  # the gymnasium-only phases run without it: say so in the JSON
+        info["sim"] = "not installed (pip install -e '.[sim]')"
     return info
 
 
