@@ -362,8 +362,13 @@ class Monitor:
             sample = parse_tegrastats(line)
             if sample:
                 self.samples.append((time.monotonic() - self._t0, sample))
-        code = self._proc.poll()
         if not self._stop.is_set():
+            # EOF on stdout comes before the process is reaped: wait for its exit code
+            # instead of polling (a poll here raced and reported "code None").
+            try:
+                code = self._proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                code = None
             self.error = f"{self.command[0]} exited (code {code}) while monitoring"
 
     def _jtop_loop(self) -> None:

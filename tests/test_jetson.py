@@ -173,8 +173,14 @@ def fake_tegrastats(tmp_path, lines: list[str], delay: float, exit_after: bool) 
     """A real executable that prints recorded lines like tegrastats does."""
     script = tmp_path / "tegrastats"
     body = "\n".join(f"print({line!r}, flush=True); time.sleep({delay})" for line in lines)
-    tail = "sys.exit(3)" if exit_after else "time.sleep(60)"
-    script.write_text(f"#!{sys.executable}\nimport sys, time\n{body}\n{tail}\n")
+    # Dying: close stdout first and linger, as a process does while it is torn down, so
+    # EOF reaches the monitor before the exit code exists (the race a poll() lost).
+    tail = (
+        "sys.stdout.close(); os.close(1); time.sleep(0.3); sys.exit(3)"
+        if exit_after
+        else "time.sleep(60)"
+    )
+    script.write_text(f"#!{sys.executable}\nimport os, sys, time\n{body}\n{tail}\n")
     script.chmod(script.stat().st_mode | stat.S_IXUSR)
     return str(script)
 
