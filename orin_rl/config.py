@@ -140,6 +140,10 @@ class SACConfig(ReplayOptions):
     """Entropy target of the temperature loss (None: -action_dim)."""
     hidden_sizes: list[int] = field(default_factory=lambda: [256, 256])
     """Hidden widths of the actor and the twin critics."""
+    critic_dropout: float = 0.0
+    """Dropout rate in the critics' hidden layers (DroQ: 0.01 with critic_layer_norm)."""
+    critic_layer_norm: bool = False
+    """LayerNorm after each hidden layer of the critics (DroQ)."""
 
 
 @dataclass
@@ -244,6 +248,41 @@ class TrainConfig:
 
 
 @dataclass
+class OnlineConfig:
+    """Online learning (``train --online``): a real-time actor and a concurrent learner."""
+
+    enabled: bool = False
+    """Learn while acting: the actor runs a ControlLoop at control_rate_hz against the plant,
+    writing every transition into the replay buffer, while SAC's learner trains beside it."""
+    control_rate_hz: float = 50.0
+    """Control rate of the actor (ticks per second)."""
+    plant: str = "gym"
+    """What the actor drives: `gym` (env.env_id stepped in real time), `udp://HOST:PORT` (a
+    plant server, e.g. `orin-rl plant-server`) or `module:factory` (your own Plant adapter)."""
+    update_to_data: float = 1.0
+    """Gradient steps per env step the learner aims at (never above; the achieved ratio is in
+    summary.json: a slow learner falls below it)."""
+    weight_sync_every: int = 30
+    """Env steps between hand-overs of new weights to the actor."""
+    watchdog_periods: float = 3.0
+    """An actor tick unfinished after this many periods trips the watchdog, which sends the
+    safe action in its place (0: no watchdog)."""
+    learner_stall_s: float = 10.0
+    """The actor sends the safe action while updates are due and the learner has made none for
+    this long (0: never)."""
+    safe_action: list[float] | None = None
+    """Action sent on a stall, a watchdog trip and at the end (None: the middle of the bounds)."""
+    action_low: list[float] | None = None
+    """Tighter lower action limits than the env's (None: the env's)."""
+    action_high: list[float] | None = None
+    """Tighter upper action limits than the env's (None: the env's)."""
+    stop_file: str = "STOP"
+    """Creating this file in the run folder ends learning cleanly, with a checkpoint."""
+    actor_cpu: int | None = None
+    """Pin the actor thread to this CPU (Linux)."""
+
+
+@dataclass
 class Config:
     """Everything a training run needs; saved as config.yaml in the run folder."""
 
@@ -259,6 +298,8 @@ class Config:
     """DQN hyper-parameters (used when train.algo is dqn)."""
     train: TrainConfig = field(default_factory=TrainConfig)
     """Run length, device, seeds, logging."""
+    online: OnlineConfig = field(default_factory=OnlineConfig)
+    """Online learning: real-time actor and concurrent learner (SAC)."""
 
     @property
     def batch_size(self) -> int:
@@ -276,7 +317,7 @@ class Config:
         return max(1, math.ceil(self.train.total_steps / self.batch_size))
 
 
-SECTIONS = ("env", "ppo", "sac", "dqn", "buffer", "train")
+SECTIONS = ("env", "ppo", "sac", "dqn", "buffer", "train", "online")
 
 
 @functools.cache
@@ -406,6 +447,7 @@ def from_plain(data: dict[str, Any]) -> Config:
         train=TrainConfig(**data["train"]),
         sac=SACConfig(**data.get("sac", {})),
         dqn=DQNConfig(**data.get("dqn", {})),
+        online=OnlineConfig(**data.get("online", {})),
     )
 
 
@@ -476,6 +518,27 @@ def validate(cfg: Config) -> None:
                 raise ConfigError(f"{section}.{name}: must be positive, got {getattr(sub, name)}")
         if not 0 < sub.tau <= 1:
             raise ConfigError(f"{section}.tau: must be within (0, 1], got {sub.tau}")
+    if not 0.0 <= cfg.sac.critic_dropout < 1.0:
+        raise ConfigError(
+            f"sac.critic_dropout: must be within [0, 1), got {cfg.sac.critic_dropout}"
+        )
+    on = cfg.online
+    if on.enabled:
+        if cfg.train.algo != "sac":
+            raise ConfigError(f"online.enabled: SAC only for now, train.algo is {cfg.train.algo}")
+        if cfg.env.num_envs != 1:
+            raise ConfigError(
+                f"env.num_envs: online learning drives one plant, got {cfg.env.num_envs}"
+            )
+        for key, value in {
+            "online.control_rate_hz": on.control_rate_hz,
+            "online.update_to_data": on.update_to_data,
+            "online.weight_sync_every": on.weight_sync_every,
+        }.items():
+            if not value > 0:
+                raise ConfigError(f"{key}: must be positive, got {value}")
+        if on.watchdog_periods < 0 or on.learner_stall_s < 0:
+            raise ConfigError("online.watchdog_periods and online.learner_stall_s must be >= 0")
     if cfg.dqn.n_step < 1:
         raise ConfigError(f"dqn.n_step: must be >= 1, got {cfg.dqn.n_step}")
     if cfg.train.algo != "ppo" and cfg.train.num_agents > 1:

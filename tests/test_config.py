@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import typing
 
 import pytest
 
@@ -99,3 +100,29 @@ def test_presets_are_valid(env_id):
 
 def test_yaml_off_is_the_word_off():
     assert C.apply_overrides(C.Config(), ["train.power_monitor=off"]).train.power_monitor == "off"
+
+
+def test_internal_copy_keeps_every_section():
+    """from_plain (behind every apply_overrides and every resume) rebuilds each section: a
+    section it forgets comes back as defaults (online.enabled was lost that way on resume)."""
+    assert set(C.SECTIONS) == {f.name for f in dataclasses.fields(C.Config)}
+    cfg = C.Config()
+    for name in C.SECTIONS:
+        section = getattr(cfg, name)
+        for field in dataclasses.fields(section):  # change the first flag or number
+            value = getattr(section, field.name)
+            if isinstance(value, bool):
+                setattr(section, field.name, not value)
+                break
+            if isinstance(value, (int, float)):
+                setattr(section, field.name, value + 1)
+                break
+            if isinstance(value, str):  # a Literal: any other of its values
+                options = typing.get_args(typing.get_type_hints(type(section))[field.name])
+                other = [o for o in options if isinstance(o, str) and o != value]
+                if other:
+                    setattr(section, field.name, other[0])
+                    break
+        else:
+            pytest.fail(f"section {name} has no flag or number to change; extend this test")
+    assert C.from_plain(C.to_dict(cfg)) == cfg
