@@ -25,14 +25,76 @@ def polyak_update_(target: nn.Module, online: nn.Module, tau: float) -> None:
 
 
 class QNetwork(nn.Module):
-    """Q(s, a) for continuous actions: an MLP over the concatenation."""
+    """Q(s, a) for continuous actions: an MLP over the concatenation.
 
-    def __init__(self, obs_dim: int, action_dim: int, hidden: list[int]):
+    ``dropout`` > 0 and ``layer_norm`` give DroQ's critic (Hiraoka et al., 2021): each hidden
+    layer is Linear → Dropout → LayerNorm → ReLU, which keeps Q estimates stable at the high
+    update-to-data ratios online learning on a robot needs (Smith et al., 2022: UTD 20).
+    """
+
+    def __init__(
+        self,
+        obs_dim: int,
+        action_dim: int,
+        hidden: list[int],
+        dropout: float = 0.0,
+        layer_norm: bool = False,
+    ):
         super().__init__()
-        self.net = mlp(obs_dim + action_dim, hidden, 1, "relu", 1.0)
+        if not dropout and not layer_norm:
+            self.net = mlp(obs_dim + action_dim, hidden, 1, "relu", 1.0)
+        else:
+            layers: list[nn.Module] = []
+            last = obs_dim + action_dim
+            for width in hidden:
+                linear = nn.Linear(last, width)
+                nn.init.orthogonal_(linear.weight, math.sqrt(2.0))
+                nn.init.zeros_(linear.bias)
+                layers.append(linear)
+                if dropout:
+                    layers.append(nn.Dropout(dropout))
+                if layer_norm:
+                    layers.append(nn.LayerNorm(width))
+                layers.append(nn.ReLU())
+                last = width
+            head = nn.Linear(last, 1)
+            nn.init.orthogonal_(head.weight, 1.0)
+            nn.init.zeros_(head.bias)
+            self.net = nn.Sequential(*layers, head)
 
     def forward(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
         return self.net(torch.cat([obs.flatten(1), actions], -1)).squeeze(-1).float()
+
+
+def squashed_gaussian(
+    actor_out: torch.Tensor,
+    action_mid: torch.Tensor,
+    action_half: torch.Tensor,
+    deterministic: bool = False,
+    generator: torch.Generator | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """SAC's policy head: (action in the bounds, log pi(action|obs)) from the actor's
+    (mean, log std) output; reparameterised, so gradients flow through the sample.
+    ``deterministic`` returns the squashed mean (its log-probability is not meaningful);
+    ``generator`` draws the noise from a generator of its own (an actor thread's)."""
+    mean, log_std = actor_out.float().chunk(2, dim=-1)
+    # Soft clamp of log std into [LOG_STD_MIN, LOG_STD_MAX] (keeps gradients).
+    log_std = LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (torch.tanh(log_std) + 1)
+    std = log_std.exp()
+    if deterministic:
+        u = mean
+    else:
+        noise = (
+            torch.randn_like(mean)
+            if generator is None
+            else torch.randn(mean.shape, generator=generator, dtype=mean.dtype, device=mean.device)
+        )
+        u = mean + std * noise
+    squashed = torch.tanh(u)
+    # log N(u; mean, std) minus the log-determinant of a = mid + half * tanh(u).
+    logp = (-0.5 * ((u - mean) / std).square() - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
+    logp = logp - torch.log(action_half * (1 - squashed.square()) + 1e-6).sum(-1)
+    return action_mid + action_half * squashed, logp
 
 
 class SAC(OffPolicyAlgorithm):
@@ -47,8 +109,9 @@ class SAC(OffPolicyAlgorithm):
                          graphs=graphs, precision=precision)  # fmt: skip
         self.policy = ActorCritic(spec).to(device)  # its actor is the SAC actor
         obs_dim = math.prod(spec.obs_shape)
-        self.q1 = QNetwork(obs_dim, spec.action_dim, list(cfg.hidden_sizes)).to(device)
-        self.q2 = QNetwork(obs_dim, spec.action_dim, list(cfg.hidden_sizes)).to(device)
+        critic = (obs_dim, spec.action_dim, list(cfg.hidden_sizes), cfg.critic_dropout,
+                  cfg.critic_layer_norm)  # fmt: skip
+        self.q1, self.q2 = QNetwork(*critic).to(device), QNetwork(*critic).to(device)
         self.q1_target, self.q2_target = copy.deepcopy(self.q1), copy.deepcopy(self.q2)
         for p in (*self.q1_target.parameters(), *self.q2_target.parameters()):
             p.requires_grad_(False)
@@ -71,17 +134,8 @@ class SAC(OffPolicyAlgorithm):
     # ----------------------------------------------------------------- policy
     def sample_action(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Reparameterised sample: (action in the bounds, log pi(action|obs))."""
-        out = self.policy.actor(obs.flatten(1)).float()  # fp32 head under autocast
-        mean, log_std = out.chunk(2, dim=-1)
-        # Soft clamp of log std into [LOG_STD_MIN, LOG_STD_MAX] (keeps gradients).
-        log_std = LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (torch.tanh(log_std) + 1)
-        std = log_std.exp()
-        u = mean + std * torch.randn_like(mean)
-        squashed = torch.tanh(u)
-        # log N(u; mean, std) minus the log-determinant of a = mid + half * tanh(u).
-        logp = (-0.5 * ((u - mean) / std).square() - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
-        logp = logp - torch.log(self.action_half * (1 - squashed.square()) + 1e-6).sum(-1)
-        return self.action_mid + self.action_half * squashed, logp
+        out = self.policy.actor(obs.flatten(1))  # fp32 head under autocast
+        return squashed_gaussian(out, self.action_mid, self.action_half)
 
     @torch.inference_mode()
     def act(self, obs: torch.Tensor) -> torch.Tensor:
