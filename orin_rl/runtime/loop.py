@@ -121,6 +121,8 @@ class ControlLoop:
         safe_action: actuated on overrun when ``cfg.safe_action_on_overrun``.
         clock: monotonic nanosecond clock (injectable for tests).
         sleep: seconds → None (injectable for tests).
+        should_stop: checked after each iteration, outside its latency; True ends the run
+            early (an episode ended, a stop was asked for).
     """
 
     def __init__(
@@ -132,6 +134,7 @@ class ControlLoop:
         safe_action: Any = None,
         clock: Callable[[], int] = time.monotonic_ns,
         sleep: Callable[[float], None] = time.sleep,
+        should_stop: Callable[[], bool] | None = None,
     ):
         if cfg.rate_hz < 0 or cfg.iterations <= 0:
             raise ValueError("rate_hz must be >= 0 and iterations > 0")
@@ -141,6 +144,7 @@ class ControlLoop:
         self.cfg = cfg
         self.safe_action = safe_action
         self.clock, self.sleep = clock, sleep
+        self.should_stop = should_stop
         self.period_ns = round(1e9 / cfg.rate_hz) if cfg.rate_hz > 0 else 0
 
     def _wait_until(self, deadline_ns: int) -> None:
@@ -187,6 +191,8 @@ class ControlLoop:
                 rec.record(latency, start - previous)
                 previous = start
                 next_start += period
+                if self.should_stop is not None and self.should_stop():
+                    break
         finally:
             if cfg.disable_gc and gc_was_enabled:
                 gc.enable()
