@@ -37,6 +37,10 @@ TRAIN_FLAGS = {
     "nvtx": "train.nvtx",
     "num_agents": "train.num_agents",
     "algo": "train.algo",
+    "online": "online.enabled",
+    "control_rate": "online.control_rate_hz",
+    "utd": "online.update_to_data",
+    "plant": "online.plant",
 }
 
 
@@ -83,6 +87,27 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
         type=int,
         metavar="K",
         help="train K independent agents in one batched program (seeds / sweeps)",
+    )
+    p.add_argument(
+        "--online",
+        action="store_true",
+        default=None,
+        help="learn while acting: a real-time actor drives the plant at --control-rate while "
+        "SAC's learner trains beside it (see docs/online.md)",
+    )
+    p.add_argument(
+        "--control-rate", type=float, metavar="HZ", help="the online actor's rate (default 50)"
+    )
+    p.add_argument(
+        "--utd",
+        type=float,
+        metavar="RATIO",
+        help="online: gradient steps per env step the learner aims at (default 1)",
+    )
+    p.add_argument(
+        "--plant",
+        metavar="SPEC",
+        help="online: gym (the env in real time, default), udp://HOST:PORT or module:factory",
     )
     p.add_argument("--total-steps", type=int, help="environment steps to train for")
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], help="learner device")
@@ -206,6 +231,32 @@ def _add_demo(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--overwrite", action="store_true", help="replace an existing demo folder")
 
 
+def _add_plant_server(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "plant-server",
+        help="serve a gymnasium env as a UDP plant for `train --online --plant udp://...`",
+        description="Run a gymnasium environment as a plant in its own process, speaking the "
+        "UDP protocol of orin_rl/runners/plant_udp.py: the worked example of a robot adapter "
+        "(docs/online.md). Stops on a close request or Ctrl-C.",
+    )
+    p.add_argument("--env", default="Pendulum-v1", help="gymnasium id (default Pendulum-v1)")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=5555, help="UDP port (default 5555)")
+    p.add_argument("--max-episode-steps", type=int, help="override the env's time limit")
+
+
+def cmd_plant_server(args: argparse.Namespace) -> int:
+    """``orin-rl plant-server``."""
+    from orin_rl.runners.plant_udp import serve
+
+    print(f"plant server: {args.env} on udp://{args.host}:{args.port} (Ctrl-C stops it)")
+    try:
+        serve(args.env, args.host, args.port, args.max_episode_steps)
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``orin-rl`` argument parser."""
     parser = argparse.ArgumentParser(prog="orin-rl", description=__doc__)
@@ -220,6 +271,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_bench(sub)
     _add_doctor(sub)
     _add_demo(sub)
+    _add_plant_server(sub)
     return parser
 
 
@@ -342,6 +394,27 @@ def _report(summary: dict[str, Any]) -> int:
         )
         verdict = "yes" if summary["solved"] else "no"
         rows.append(("solved", f"{verdict} (threshold {summary['solved_threshold']}){when}"))
+    on = summary.get("online")
+    if on:  # an online run: the real-time side's figures
+        lat = on["latency_us"]
+        rows += [
+            (
+                "control loop",
+                f"{on['ticks']:,} ticks at {on['control_rate_hz']:g} Hz, "
+                f"{on['deadline_misses']} deadline misses ({on['deadline_miss_fraction']:.3%})",
+            ),
+            (
+                "tick latency",
+                f"p50 {lat.get('p50', 0):.0f} µs, p99 {lat.get('p99', 0):.0f} µs, "
+                f"max {lat.get('max', 0):.0f} µs",
+            ),
+            (
+                "learner",
+                f"{on['updates']:,} updates ({on['updates_per_env_step']:.2f} per env "
+                f"step, target {on['update_to_data_target']:g}), "
+                f"{on['weight_swaps']} weight swaps",
+            ),
+        ]
     width = max(len(k) for k, _ in rows)
     for key, value in rows:
         print(f"{key:<{width}}  {value}")
@@ -584,6 +657,7 @@ COMMANDS = {
     "build": cmd_build,
     "run": cmd_run,
     "bench": cmd_bench,
+    "plant-server": cmd_plant_server,
 }
 
 

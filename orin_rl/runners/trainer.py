@@ -719,7 +719,18 @@ def train(
         if not (run_dir / "config.yaml").exists() and any(run_dir.iterdir()):
             raise RunFolderError(f"{run_dir}: not a run folder (no config.yaml); not deleting it")
         shutil.rmtree(run_dir)
+    online = uses_online(run_dir) if resume else cfg.online.enabled
     try:
+        if online:
+            from orin_rl.runners.online import OnlineTrainer
+
+            return OnlineTrainer(cfg, run_dir, resume=resume, progress=progress).learn()
         return Trainer(cfg, run_dir, resume=resume, progress=progress).learn()
     finally:
         distributed.shutdown()
+
+
+def uses_online(run_dir: str | Path) -> bool:
+    """Whether the run folder holds an online run (its config.yaml says so)."""
+    path = Path(run_dir) / "config.yaml"
+    return path.exists() and config_mod.load(path).online.enabled

@@ -1,0 +1,396 @@
+"""Online learning: weight hand-over, watchdog, learner stall, stop file, resume, UDP plant."""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from orin_rl import config as config_mod
+from orin_rl.algorithms.sac import QNetwork, squashed_gaussian
+from orin_rl.checkpoint import load_checkpoint
+from orin_rl.config import Config, ConfigError
+from orin_rl.runners import online, train
+from orin_rl.runners.online import (
+    Feedback,
+    GymPlant,
+    NumpyMLP,
+    OnlineTrainer,
+    WeightMailbox,
+    squashed_gaussian_np,
+)
+from orin_rl.runners.plant_udp import PlantTimeout, UdpPlant, serve
+from orin_rl.runtime.loop import ControlLoop, LoopConfig
+
+
+def online_cfg(**sets) -> Config:
+    """A short Pendulum online run: small batches, a fast control rate, no evaluation."""
+    base = {
+        "env.env_id": "Pendulum-v1",
+        "env.num_envs": 1,
+        "train.algo": "sac",
+        "train.total_steps": 400,
+        "train.eval_every": 0,
+        "train.eval_episodes": 2,
+        "train.tensorboard": False,
+        "train.log_every": 100,
+        "train.checkpoint_every": 10_000,
+        "train.power_monitor": "off",
+        "sac.learning_starts": 64,
+        "sac.batch_size": 32,
+        "sac.hidden_sizes": [16, 16],
+        "online.enabled": True,
+        "online.control_rate_hz": 1000.0,
+        "online.weight_sync_every": 20,
+        **sets,
+    }
+    return config_mod.apply_overrides(Config(), [f"{k}={json.dumps(v)}" for k, v in base.items()])
+
+
+# ------------------------------------------------------------------------ hand-over
+def _values(net) -> list[np.ndarray]:
+    if isinstance(net, NumpyMLP):
+        return [a for _, w, b in net.layers if w is not None for a in (w, b)]
+    return [p.detach().numpy() for p in net.parameters()]
+
+
+@pytest.mark.parametrize("as_numpy", [True, False], ids=["numpy", "torch"])
+def test_actor_never_sees_a_half_written_network(as_numpy):
+    """A publisher fills every parameter with its version number while a reader keeps picking
+    the newest network up and checks that all of it holds one version, before and after a
+    forward (the GIL is switched every microsecond, so an in-place write would be caught)."""
+    net = nn.Sequential(*[nn.Linear(8, 8) for _ in range(40)])
+    with torch.no_grad():
+        for p in net.parameters():
+            p.zero_()  # version 0, the mailbox's first network
+    box = WeightMailbox(net, numpy=as_numpy)
+    stop = threading.Event()
+    seen: set[float] = set()
+    torn: list[str] = []
+
+    def reader():
+        x = np.zeros((1, 8), dtype=np.float32)
+        while not stop.is_set():
+            _, current = box.latest()
+            first = {float(v.flat[0]) for v in _values(current)}
+            if isinstance(current, NumpyMLP):
+                current(x)
+            else:
+                with torch.no_grad():
+                    current(torch.from_numpy(x))
+            after = {float(v.flat[0]) for v in _values(current)}
+            every = {float(u) for v in _values(current) for u in v.flat}
+            if len(first) != 1 or first != after or len(every) != 1:
+                torn.append(f"{sorted(first)[:3]} -> {sorted(after)[:3]}")
+            seen.update(first)
+
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    thread = threading.Thread(target=reader)
+    thread.start()
+    try:
+        for version in range(1, 301):
+            with torch.no_grad():
+                for p in net.parameters():
+                    p.fill_(version / 1024)  # exact in float32
+            box.publish(net)
+    finally:
+        stop.set()
+        thread.join()
+        sys.setswitchinterval(switch)
+    assert not torn, torn[:5]
+    assert len(seen) > 10  # the reader really saw many versions
+    assert box.latest()[0] == 300
+    assert {float(v.flat[0]) for v in _values(box.latest()[1])} == {300 / 1024}
+
+
+def test_published_network_matches_the_learner_and_is_detached():
+    net = nn.Sequential(nn.Linear(3, 5), nn.Tanh(), nn.Linear(5, 2))
+    x = torch.randn(4, 3)
+    for as_numpy in (False, True):
+        box = WeightMailbox(net, numpy=as_numpy)
+        version = box.publish(net)
+        _, copy = box.latest()
+        assert version == 1
+        got = copy(x.numpy()) if as_numpy else copy(x).numpy()
+        np.testing.assert_allclose(got, net(x).detach().numpy(), rtol=1e-5, atol=1e-6)
+        if not as_numpy:
+            assert not any(p.requires_grad for p in copy.parameters())
+        with torch.no_grad():  # the learner moves on: the published copy does not
+            net[0].weight.add_(1.0)
+        again = copy(x.numpy()) if as_numpy else copy(x).numpy()
+        np.testing.assert_array_equal(again, got)
+
+
+@pytest.mark.parametrize("activation", ["relu", "tanh", "elu"])
+def test_numpy_actor_matches_torch_on_fresh_inputs(activation, rng):
+    from orin_rl.models.actor_critic import mlp
+
+    net = mlp(5, [32, 32], 4, activation, 1.0)
+    x = rng.normal(size=(64, 5)).astype(np.float32) * 3
+    want = net(torch.from_numpy(x).double().float()).detach().numpy()
+    np.testing.assert_allclose(NumpyMLP(net)(x), want, rtol=1e-5, atol=1e-5)
+    # ... and the squashed sample: same mean path, inside the bounds
+    mid, half = np.array([0.5, -1.0], np.float32), np.array([1.5, 2.0], np.float32)
+    out = NumpyMLP(net)(x)
+    sample = squashed_gaussian_np(out, mid, half, np.random.default_rng(0))
+    assert np.all(sample >= mid - half) and np.all(sample <= mid + half)
+    det, _ = squashed_gaussian(torch.from_numpy(out), torch.from_numpy(mid),
+                               torch.from_numpy(half), deterministic=True)  # fmt: skip
+    zero_noise = squashed_gaussian_np(out, mid, half, _FixedRng(np.zeros((64, 2))))
+    np.testing.assert_allclose(zero_noise, det.numpy(), rtol=1e-5, atol=1e-6)
+    # with noise: against a float64 reference of SAC's head (soft-clamped log std, tanh squash)
+    noise = rng.normal(size=(64, 2))
+    o = out.astype(np.float64)
+    log_std = -5.0 + 0.5 * (2.0 - -5.0) * (np.tanh(o[:, 2:]) + 1)
+    ref = mid + half * np.tanh(o[:, :2] + np.exp(log_std) * noise)
+    got = squashed_gaussian_np(out, mid, half, _FixedRng(noise))
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5)
+
+
+class _FixedRng:
+    def __init__(self, noise):
+        self.noise = noise
+
+    def standard_normal(self, shape, dtype):
+        assert shape == self.noise.shape
+        return self.noise.astype(dtype)
+
+
+# ------------------------------------------------------------------------ control loop
+def test_control_loop_stops_when_asked():
+    calls = []
+    loop = ControlLoop(
+        lambda: len(calls),
+        lambda obs: obs,
+        calls.append,
+        LoopConfig(rate_hz=0, iterations=100),
+        should_stop=lambda: len(calls) >= 7,
+    )
+    result = loop.run()
+    assert result.iterations == 7 and calls == list(range(7))
+
+
+# ------------------------------------------------------------------------ DroQ critics
+def test_droq_critic_has_dropout_and_layer_norm_and_they_act():
+    q = QNetwork(3, 1, [32, 32], dropout=0.5, layer_norm=True)
+    kinds = [type(m).__name__ for m in q.net]
+    assert kinds.count("Dropout") == 2 and kinds.count("LayerNorm") == 2
+    obs, act = torch.randn(64, 3), torch.randn(64, 1)
+    q.train()
+    assert not torch.equal(q(obs, act), q(obs, act))  # dropout samples differ in training
+    q.eval()
+    assert torch.equal(q(obs, act), q(obs, act))
+    plain = QNetwork(3, 1, [32, 32])
+    assert not any(isinstance(m, (nn.Dropout, nn.LayerNorm)) for m in plain.net)
+
+
+def test_online_config_is_checked():
+    with pytest.raises(ConfigError, match=r"sac\.critic_dropout"):
+        config_mod.validate(online_cfg(**{"sac.critic_dropout": 1.0}))
+    with pytest.raises(ConfigError, match=r"online\.enabled: SAC only"):
+        config_mod.validate(online_cfg(**{"train.algo": "ppo"}))
+    with pytest.raises(ConfigError, match=r"env\.num_envs"):
+        config_mod.validate(online_cfg(**{"env.num_envs": 2}))
+    with pytest.raises(ConfigError, match=r"online\.control_rate_hz"):
+        config_mod.validate(online_cfg(**{"online.control_rate_hz": 0}))
+
+
+# ------------------------------------------------------------------------ whole runs
+def test_online_run_learns_from_every_tick_and_reports(tmp_path):
+    summary = train(online_cfg(), tmp_path / "run", progress=False)
+    on = summary["online"]
+    for key in ("control_rate_hz", "ticks", "deadline_misses", "latency_us", "weight_swaps",
+                "updates", "updates_per_env_step", "wall_to_threshold_s"):  # fmt: skip
+        assert key in on, key
+    assert summary["stop_reason"] == "total_steps"
+    assert summary["total_steps"] >= 400
+    # every tick but the first of each episode finishes a transition, and the buffer has them
+    state = load_checkpoint(tmp_path / "run" / "checkpoint.pt")
+    assert state["algo"]["replay"]["size"] == summary["total_steps"]
+    assert on["ticks"] >= summary["total_steps"]
+    assert on["updates"] > 0 and on["weight_swaps"] > 0
+    assert 0 < on["updates_per_env_step"] <= 1.0 + 1e-9  # never above the target
+    assert set(on["latency_us"]) == {"p50", "p99", "max"}
+
+
+def test_transitions_are_the_plant_s_own(tmp_path):
+    """The stored (s, a, r, s') are what the plant did: replaying the stored actions from the
+    same seed on a fresh env gives the stored rewards and next observations."""
+    cfg = online_cfg(**{"train.total_steps": 150, "sac.learning_starts": 10_000})
+    trainer = OnlineTrainer(cfg, tmp_path / "run", progress=False)
+    trainer.learn()
+    replay = trainer.algo.replay
+    n = len(replay)
+    obs, actions = replay.field("obs")[:n].numpy(), replay.field("actions")[:n].numpy()
+    rewards, next_obs = replay.field("rewards")[:n].numpy(), replay.field("next_obs")[:n].numpy()
+    env = GymPlant("Pendulum-v1")
+    first = env.reset(seed=cfg.train.seed + 100_000)
+    np.testing.assert_allclose(obs[0], first, rtol=1e-6)
+    for i in range(min(n, 150)):
+        env.send(actions[i])
+        fb = env.receive()
+        assert fb.reward == pytest.approx(float(rewards[i]), rel=1e-5, abs=1e-6)
+        np.testing.assert_allclose(next_obs[i], fb.obs, rtol=1e-5, atol=1e-6)
+        if i + 1 < n:
+            np.testing.assert_allclose(obs[i + 1], fb.obs, rtol=1e-5, atol=1e-6)
+
+
+class _HangingPlant(GymPlant):
+    """Pendulum whose sensor read hangs once (a stuck driver), recording every action sent and
+    the thread that sent it."""
+
+    def __init__(self, hang_at: int, hang_s: float):
+        super().__init__("Pendulum-v1")
+        self.hang_at, self.hang_s, self.reads = hang_at, hang_s, 0
+        self.sent: list[tuple[str, np.ndarray]] = []
+
+    def receive(self) -> Feedback:
+        self.reads += 1
+        if self.reads == self.hang_at:
+            time.sleep(self.hang_s)
+        return super().receive()
+
+    def send(self, action):
+        self.sent.append((threading.current_thread().name, np.array(action)))
+        super().send(action)
+
+
+def test_watchdog_sends_the_safe_action_when_the_actor_hangs(tmp_path, monkeypatch):
+    plant = _HangingPlant(hang_at=100, hang_s=0.3)
+    monkeypatch.setattr(online, "make_plant", lambda *a, **k: plant)
+    cfg = online_cfg(
+        **{
+            "train.total_steps": 200,
+            "online.control_rate_hz": 200.0,
+            "online.safe_action": [0.5],
+        }
+    )
+    summary = train(cfg, tmp_path / "run", progress=False)
+    assert summary["online"]["watchdog_trips"] >= 1
+    from_watchdog = [a for name, a in plant.sent if name != "orin-rl-actor"]
+    assert from_watchdog and all(np.allclose(a, [0.5]) for a in from_watchdog)
+    # ... and the stuck tick counts as a deadline miss
+    assert summary["online"]["deadline_misses"] >= 1
+
+
+def test_actor_holds_the_safe_action_while_the_learner_stalls(tmp_path, monkeypatch):
+    plant = _HangingPlant(hang_at=-1, hang_s=0)
+    monkeypatch.setattr(online, "make_plant", lambda *a, **k: plant)
+    real_step = online.SAC._step
+    calls = {"n": 0}
+
+    def stalling_step(self, batch):
+        calls["n"] += 1
+        if calls["n"] == 5:
+            time.sleep(0.6)  # the learner hangs (a GPU fault, a lock) while data comes in
+        return real_step(self, batch)
+
+    monkeypatch.setattr(online.SAC, "_step", stalling_step)
+    cfg = online_cfg(
+        **{
+            "train.total_steps": 500,
+            "online.control_rate_hz": 500.0,
+            "online.learner_stall_s": 0.2,
+            "online.safe_action": [-0.25],
+        }
+    )
+    summary = train(cfg, tmp_path / "run", progress=False)
+    safe_ticks = summary["online"]["safe_action_ticks"]
+    assert safe_ticks >= 50  # ~0.4 s of a 500 Hz loop past the 0.2 s limit
+    actor_sent = [a for name, a in plant.sent if name == "orin-rl-actor"]
+    assert sum(np.allclose(a, [-0.25]) for a in actor_sent) >= safe_ticks
+
+
+def test_stop_file_ends_cleanly_and_resume_continues(tmp_path):
+    run = tmp_path / "run"
+    cfg = online_cfg(**{"train.total_steps": 100_000, "online.control_rate_hz": 500.0})
+
+    def touch_stop():
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            metrics = run / "metrics.jsonl"
+            if metrics.exists() and len(metrics.read_text().splitlines()) >= 3:
+                (run / "STOP").touch()
+                return
+            time.sleep(0.05)
+
+    threading.Thread(target=touch_stop, daemon=True).start()
+    first = train(cfg, run, progress=False)
+    assert first["stop_reason"] == "stop_file"
+    assert not (run / "STOP").exists()
+    state = load_checkpoint(run / "checkpoint.pt")
+    steps = state["global_step"]
+    assert steps == first["total_steps"] >= 300
+    assert state["algo"]["replay"]["size"] == steps  # the experience is in the checkpoint
+    weights = {k: v.clone() for k, v in state["algo"]["policy"].items()}
+
+    # Resume: the saved config (online) and everything learned come back; run 200 more steps.
+    trainer = OnlineTrainer(Config(), run, resume=True, progress=False)
+    assert trainer.cfg.online.enabled and trainer.cfg.train.total_steps == 100_000
+    trainer.cfg.train.total_steps = steps + 200
+    assert trainer.global_step == steps and len(trainer.algo.replay) == steps
+    for k, v in trainer.algo.policy.state_dict().items():
+        assert torch.equal(v, weights[k]), k
+    assert trainer.algo.grad_steps == state["algo"]["grad_steps"]
+    second = trainer.learn()
+    assert second["stop_reason"] == "total_steps"
+    assert second["total_steps"] >= steps + 200
+    assert len(trainer.algo.replay) == second["total_steps"]
+
+
+# ------------------------------------------------------------------------ UDP plant
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_udp_plant_matches_gymnasium_and_trains(tmp_path):
+    port = _free_port()
+    ready = threading.Event()
+    server = threading.Thread(target=serve, args=("Pendulum-v1", "127.0.0.1", port),
+                              kwargs={"ready": ready}, daemon=True)  # fmt: skip
+    server.start()
+    assert ready.wait(10)
+    plant = UdpPlant("127.0.0.1", port)
+    ref = GymPlant("Pendulum-v1")
+    np.testing.assert_allclose(plant.reset(seed=3), ref.reset(seed=3), rtol=1e-6)
+    for a in np.linspace(-2, 2, 20, dtype=np.float32):
+        plant.send(np.array([a]))
+        ref.send(np.array([a]))
+        got, want = plant.receive(), ref.receive()
+        np.testing.assert_allclose(got.obs, want.obs, rtol=1e-6)
+        assert got.reward == pytest.approx(want.reward, rel=1e-6)
+        assert (got.terminated, got.truncated) == (want.terminated, want.truncated)
+    plant.close()
+
+    cfg = online_cfg(**{"train.total_steps": 200, "online.plant": f"udp://127.0.0.1:{port}"})
+    summary = train(cfg, tmp_path / "run", progress=False)
+    assert summary["total_steps"] >= 200 and summary["online"]["plant"].startswith("udp://")
+    closer = UdpPlant.__new__(UdpPlant)  # a bare client to send the close request
+    closer.address, closer.timeout_s = ("127.0.0.1", port), 2.0
+    closer.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    closer.sock.settimeout(2.0)
+    closer._io = threading.Lock()
+    import itertools
+
+    closer._seq = itertools.count(1)
+    assert closer._call({"op": "close"}) == {"ok": True, "seq": 1}
+    server.join(5)
+    assert not server.is_alive()
+
+
+def test_udp_plant_that_does_not_answer_is_one_line():
+    port = _free_port()  # nothing listens there
+    with pytest.raises(
+        PlantTimeout, match=r"did not answer within 0.2 s; is `orin-rl plant-server`"
+    ):
+        UdpPlant("127.0.0.1", port, timeout_s=0.2)
