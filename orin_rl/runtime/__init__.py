@@ -64,7 +64,11 @@ def _make(kind: str, found: dict[str, Path], device: str, safe_action, **options
         from orin_rl.runtime.tensorrt_backend import TensorRTBackend
 
         return TensorRTBackend(
-            found["engine"], options.get("batch", 1), options.get("cuda_graph", False), safe_action
+            found["engine"],
+            options.get("batch", 1),
+            options.get("cuda_graph", False),
+            safe_action,
+            zero_copy=options.get("zero_copy"),
         )
     if kind == "torch":
         if "run" not in found:
