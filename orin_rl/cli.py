@@ -521,7 +521,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         )
     else:
         print(doctor.table(rows + tests))
-    failed = [t for t in tests if t.status != "ok" and t.item != "selftest"]
+    failed = [t for t in tests if t.status in ("missing", "warn") and t.item != "selftest"]
     return 1 if failed else 0
 
 

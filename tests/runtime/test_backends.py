@@ -35,7 +35,9 @@ def backend(request, run_with_bundle):
         from orin_rl.export.tensorrt import build_engine
 
         model = run_with_bundle / "policy.engine"
-        build_engine(run_with_bundle / "bundle", model, load_recipe(None, precision="fp32"))
+        # The contract runs batches of 1, 3, 7 and 64: the profile must cover them.
+        recipe = load_recipe(None, precision="fp32", batch=[1, 8, 64])
+        build_engine(run_with_bundle / "bundle", model, recipe)
     return load(model, request.param, safe_action=np.array(0))
 
 
