@@ -82,6 +82,7 @@ def _make(kind: str, found: dict[str, Path], device: str, safe_action, **options
             batch=options.get("batch", 1),
             safe_action=safe_action,
             threads=options.get("threads", 1),
+            zero_copy=options.get("zero_copy"),
         )
     raise RuntimeBackendError(f"unknown backend {kind!r}; choose one of {', '.join(BACKENDS)}")
 

@@ -131,3 +131,21 @@ def test_torch_cuda_modes(run_with_bundle, rng, cuda_graph):
     ):
         for _ in range(3):
             np.testing.assert_array_equal(gpu.infer(obs), ref.infer(obs))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("zero_copy", [None, False, True])
+def test_torch_cuda_graph_follows_the_batch(run_with_bundle, rng, zero_copy):
+    """A graph per batch size, each over its own buffers: switching batch and back replays
+    the right graph. zero_copy=True binds the graph to mapped host memory (what an integrated
+    GPU gets by default); False captures the host↔device copies inside the graph."""
+    with (
+        load(run_with_bundle, "torch") as ref,
+        load(run_with_bundle, "torch", "cuda", cuda_graph=True, zero_copy=zero_copy) as gpu,
+    ):
+        for batch in (1, 7, 1, 64, 7, 1):
+            obs = rng.normal(size=(batch, 4)).astype(np.float32)
+            np.testing.assert_array_equal(gpu.infer(obs), ref.infer(obs))
+        assert gpu._graphs.captures == 3 and sorted(gpu._graphs.keys()) == [1, 7, 64]
+        if zero_copy is not None:
+            assert gpu.describe()["zero_copy"] is zero_copy
