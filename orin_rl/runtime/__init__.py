@@ -54,7 +54,13 @@ def _make(kind: str, found: dict[str, Path], device: str, safe_action, **options
 
         info, onnx_path = bundle.load_bundle(found["bundle"])
         return OnnxRuntimeBackend(
-            onnx_path, info, device, options.get("threads", 1), safe_action=safe_action
+            onnx_path,
+            info,
+            device,
+            options.get("threads", 1),
+            providers=options.get("providers"),
+            safe_action=safe_action,
+            ep=options.get("ort_settings"),
         )
     if kind == "tensorrt":
         if "engine" not in found:
@@ -103,6 +109,9 @@ def load(
     **options,
 ) -> Backend:
     """A backend for ``model`` (engine file, bundle folder or run folder), not yet active.
+
+    ``options``: ``threads``; ``providers`` and ``ort_settings`` (ONNX Runtime); ``cuda_graph``,
+    ``batch`` and ``zero_copy`` (torch and TensorRT).
 
     ``backend="auto"`` activates every backend the artefacts and this machine allow, times a
     few hundred calls of each and keeps the one with the lowest p99 (logged): for a small MLP a

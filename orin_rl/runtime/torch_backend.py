@@ -82,8 +82,12 @@ class TorchBackend(Backend):
         self.torch = torch
         self.module = module.eval()
         super().__init__(input_spec, [output_spec], safe_action)
+        if cuda_graph and not device.startswith("cuda"):
+            raise RuntimeBackendError(
+                "CUDA graphs need a GPU: use --device cuda (or drop --cuda-graph)"
+            )
         self.device = device
-        self.cuda_graph = cuda_graph and device.startswith("cuda")
+        self.cuda_graph = cuda_graph
         self.graph_batch = batch
         self.threads = threads
         self.zero_copy = zero_copy

@@ -149,3 +149,89 @@ def test_torch_cuda_graph_follows_the_batch(run_with_bundle, rng, zero_copy):
         assert gpu._graphs.captures == 3 and sorted(gpu._graphs.keys()) == [1, 7, 64]
         if zero_copy is not None:
             assert gpu.describe()["zero_copy"] is zero_copy
+
+
+class TestBackendOptionsFromTheCli:
+    """``orin-rl run`` / ``bench`` flags reach the backends (CPU provider, CPU torch here)."""
+
+    def options(self, *argv, command="bench", batch=1):
+        from orin_rl import cli
+
+        args = cli.build_parser().parse_args([command, "--model", "m", *argv])
+        return cli._backend_options(args, batch)
+
+    def test_bench_runs_the_ort_provider_asked_for(self, run_with_bundle, tmp_path):
+        import json
+
+        from orin_rl import cli
+
+        out = tmp_path / "bench"
+        argv = ["-q", "bench", "--model", str(run_with_bundle), "--backends", "onnxruntime"]
+        assert (
+            cli.main(
+                [*argv, "--providers", "cpu", "--batch", "1", "--iters", "20", "--out", str(out)]
+            )
+            == 0
+        )
+        (row,) = json.loads(out.with_suffix(".json").read_text())["rows"]
+        assert row["provider"] == "CPUExecutionProvider"
+        assert (
+            cli.main(
+                [*argv, "--providers", "cuda", "--batch", "1", "--iters", "20", "--out", str(out)]
+            )
+            == 0
+        )
+        (row,) = json.loads(out.with_suffix(".json").read_text())["rows"]
+        assert "CUDAExecutionProvider" in row["error"] and "onnxruntime-gpu" in row["error"]
+
+    def test_ort_recipe_sets_the_tensorrt_provider_options(self, run_with_bundle):
+        from orin_rl.runtime.onnxruntime_backend import CPU_EP, CUDA_EP, TENSORRT_EP
+
+        options = self.options("--ort-recipe", "engines/dla0-fp16.yaml")
+        backend = load(run_with_bundle, "onnxruntime", "cuda", **options)
+        candidates = backend.provider_candidates([TENSORRT_EP, CUDA_EP, CPU_EP])
+        assert [name for name, _ in candidates] == [TENSORRT_EP, CUDA_EP, CPU_EP]
+        trt = candidates[0][1]
+        assert trt["trt_fp16_enable"] and trt["trt_dla_enable"] and trt["trt_dla_core"] == 0
+        assert trt["trt_profile_min_shapes"] == "obs:1x4"
+        # Without a recipe the TensorRT provider computes what the bundle computes: fp32.
+        plain = load(run_with_bundle, "onnxruntime", "cuda").provider_candidates([TENSORRT_EP])
+        assert not plain[0][1]["trt_fp16_enable"]
+        # On the CPU, or with --providers, only what was asked for.
+        assert [
+            n
+            for n, _ in load(run_with_bundle, "onnxruntime").provider_candidates(
+                [TENSORRT_EP, CPU_EP]
+            )
+        ] == [CPU_EP]
+        asked = self.options("--providers", "cuda,cpu")
+        assert [
+            n
+            for n, _ in load(run_with_bundle, "onnxruntime", **asked).provider_candidates([CPU_EP])
+        ] == [CUDA_EP, CPU_EP]
+
+    def test_torch_graph_batch_and_zero_copy_reach_the_backend(self, run_with_bundle):
+        options = self.options("--zero-copy", "on", batch=4)
+        backend = load(run_with_bundle, "torch", **options)
+        assert backend.graph_batch == 4 and backend.zero_copy is True
+        assert (
+            self.options()["zero_copy"] is None
+            and self.options("--zero-copy", "off")["zero_copy"] is False
+        )
+
+    @pytest.mark.parametrize(
+        ("argv", "message"),
+        [
+            (["--backend", "torch", "--cuda-graph"], "CUDA graphs need a GPU: use --device cuda"),
+            (
+                ["--backend", "onnxruntime", "--providers", "gpu"],
+                "unknown ONNX Runtime provider 'gpu'",
+            ),
+        ],
+    )
+    def test_bad_choices_are_one_line_exit_2(self, run_with_bundle, capsys, argv, message):
+        from orin_rl import cli
+
+        code = cli.main(["-q", "run", "--model", str(run_with_bundle), "--steps", "5", *argv])
+        err = capsys.readouterr().err.strip()
+        assert code == 2 and message in err and len(err.splitlines()) == 1
