@@ -235,3 +235,19 @@ class TestBackendOptionsFromTheCli:
         code = cli.main(["-q", "run", "--model", str(run_with_bundle), "--steps", "5", *argv])
         err = capsys.readouterr().err.strip()
         assert code == 2 and message in err and len(err.splitlines()) == 1
+
+
+def test_ort_bound_buffers_follow_the_batch_and_are_not_handed_out(run_with_bundle, rng):
+    """The ONNX Runtime backend binds its I/O buffers once per batch size: switching batch
+    and back gives session.run's answers, and a returned action is the caller's own."""
+    with load(run_with_bundle, "onnxruntime") as backend:
+        session = backend.session
+        answers = []
+        for batch in (1, 7, 1, 7, 64, 64, 64, 1):
+            obs = rng.normal(size=(batch, 4)).astype(np.float32)
+            got = backend.infer(obs)
+            np.testing.assert_array_equal(got, session.run(["action"], {"obs": obs})[0])
+            answers.append((got, got.copy()))
+        for got, kept in answers:  # later calls did not overwrite an earlier answer
+            np.testing.assert_array_equal(got, kept)
+        assert sorted(backend._bindings) == [1, 7, 64]
