@@ -6,7 +6,6 @@ size (no per-call feed dict, binding or output allocation), one intra-op thread 
 from __future__ import annotations
 
 import hashlib
-import importlib.metadata
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -116,6 +115,8 @@ def _versions(ort, names: list[str]) -> dict[str, str]:
     """What a TensorRT EP engine cache depends on: ONNX Runtime, TensorRT and the GPU."""
     versions = {"onnxruntime": ort.__version__}
     if TENSORRT_EP in names:
+        import importlib.metadata  # only here: it pulls in email, csv and zipfile
+
         try:
             versions["tensorrt"] = importlib.metadata.version("tensorrt")
         except importlib.metadata.PackageNotFoundError:
