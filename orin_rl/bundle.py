@@ -187,7 +187,8 @@ class EngineSidecar:
     batch_profile: list[int]
     """(min, opt, max) batch of the optimisation profile."""
     version_compatible: bool = False
-    """Built with BuilderFlag.VERSION_COMPATIBLE (runs on later TensorRT of the same major)."""
+    """Built with BuilderFlag.VERSION_COMPATIBLE: loads on a later TensorRT (same major, or
+    8 → 10 and 10 → 11; see ``version_loads``) with ``runtime.engine_host_code_allowed``."""
     layer_placement: dict[str, int] = field(default_factory=dict)
     """Layers per device (``{"DLA": n, "GPU": m}``) when DLA was used."""
     gpu_fallback_layers: list[str] = field(default_factory=list)
@@ -236,6 +237,26 @@ def _major_minor(version: str) -> tuple[int, ...]:
     return tuple(int(p) for p in version.split(".")[:2] if p.isdigit())
 
 
+# Major-version jumps a VERSION_COMPATIBLE engine survives (TensorRT 11.4.1 support matrix,
+# JETSON.md): 8.6 → 10.x and 10.x → 11.x. Within a major, any later minor loads it.
+CROSS_MAJOR_LOADS = {(8, 10), (10, 11)}
+
+
+def version_loads(built: str, here: str, version_compatible: bool) -> bool:
+    """Whether an engine built with TensorRT ``built`` deserialises on TensorRT ``here``.
+
+    A plain engine needs the same version; a version-compatible one (8.6+) also loads on a
+    later minor of its major and across the major jumps in ``CROSS_MAJOR_LOADS``, never on an
+    older TensorRT.
+    """
+    if built == here:
+        return True
+    b, h = _major_minor(built), _major_minor(here)
+    if not version_compatible or len(b) < 2 or len(h) < 2 or b > h:
+        return False
+    return b[0] == h[0] or (b[0], h[0]) in CROSS_MAJOR_LOADS
+
+
 def check_engine(engine: str | Path, here: PlatformInfo) -> EngineSidecar:
     """Refuse an engine that was not built for this platform or whose bytes changed.
 
@@ -260,13 +281,7 @@ def check_engine(engine: str | Path, here: PlatformInfo) -> EngineSidecar:
             f"{engine}: built for {built.gpu_name} ({sm_built}); this is {here.gpu_name} "
             f"({sm_here}): {rebuild}"
         )
-    same_version = built.tensorrt_version == here.tensorrt_version
-    compatible = (
-        sidecar.version_compatible
-        and _major_minor(built.tensorrt_version)[:1] == _major_minor(here.tensorrt_version)[:1]
-        and _major_minor(built.tensorrt_version) <= _major_minor(here.tensorrt_version)
-    )
-    if not (same_version or compatible):
+    if not version_loads(built.tensorrt_version, here.tensorrt_version, sidecar.version_compatible):
         raise BundleError(
             f"{engine}: built with TensorRT {built.tensorrt_version} for {sm_built}; this is "
             f"TensorRT {here.tensorrt_version} on {sm_here}: {rebuild}"

@@ -20,7 +20,7 @@ class Check:
 
     item: str
     status: str
-    """``ok``, ``missing``, ``warn`` or ``info``."""
+    """``ok``, ``missing``, ``warn``, ``info`` or ``skipped`` (not applicable here)."""
     detail: str
     next_step: str = ""
 
@@ -202,7 +202,7 @@ def gpu_physics_check(is_jetson: bool = False) -> Check:
 def table(rows: list[Check]) -> str:
     """Fixed-width text table."""
     width = max(len(r.item) for r in rows)
-    marks = {"ok": "✓", "missing": "✗", "warn": "!", "info": "·"}
+    marks = {"ok": "✓", "missing": "✗", "warn": "!", "info": "·", "skipped": "-"}
     lines = []
     for r in rows:
         lines.append(f"{marks.get(r.status, '?')} {r.item:<{width}}  {r.detail}")
@@ -214,6 +214,91 @@ def table(rows: list[Check]) -> str:
 def as_json(rows: list[Check]) -> list[dict[str, Any]]:
     """JSON-ready rows."""
     return [asdict(r) for r in rows]
+
+
+@dataclass
+class SelftestTarget:
+    """One engine the selftest builds (or skips, with the reason)."""
+
+    precision: str
+    """fp32, fp16 or int8."""
+    dla_core: int | None
+    """DLA core, or None for the GPU."""
+    model: Path | None
+    """The ONNX to build from; None when skipped."""
+    skip: str = ""
+    """Why this row is not applicable here (empty: it is built)."""
+
+    @property
+    def label(self) -> str:
+        """``fp16 on DLA 0``, ``int8 on GPU``."""
+        where = f"DLA {self.dla_core}" if self.dla_core is not None else "GPU"
+        return f"{self.precision} on {where}"
+
+
+def selftest_targets(
+    trt_major: int, dla_cores: int, models: dict[str, Path | None]
+) -> list[SelftestTarget]:
+    """What the selftest builds: fp32, fp16, int8 on the GPU and fp16 on each DLA core.
+
+    TensorRT <= 10 sets the precision with builder flags, so every row builds from the fp32
+    ONNX. TensorRT 11 is strongly typed: a row builds only from an ONNX that carries its
+    precision (``models["fp16"]``, the Q/DQ ``models["int8"]``); without one the row is skipped
+    as not applicable, since an fp32 ONNX there would build an fp32 engine under its name.
+    """
+    rows = [("fp32", None), ("fp16", None), ("int8", None)]
+    rows += [("fp16", core) for core in range(dla_cores)]
+    targets = []
+    for precision, core in rows:
+        model = models.get("fp32") if trt_major < 11 else models.get(precision)
+        skip = ""
+        if model is None:
+            skip = (
+                f"not applicable: TensorRT {trt_major} is strongly typed and no {precision} "
+                "ONNX could be made for it"
+                if trt_major >= 11
+                else "no fp32 ONNX to build from"
+            )
+        targets.append(SelftestTarget(precision, core, model, skip))
+    return targets
+
+
+SELFTEST_BOUNDS = {"fp32": 1e-3, "fp16": 2e-2, "int8": 0.2}
+
+
+def selftest_row(target: SelftestTarget, built_precision: str, error: float) -> Check:
+    """The row of one built engine: ok only when it is the precision asked for and close to
+    ONNX Runtime's fp32 answer."""
+    item = f"selftest {target.label}"
+    if built_precision.split("-")[0] != target.precision:
+        return Check(
+            item, "warn", f"built a {built_precision} engine, not {target.precision}: not tested"
+        )
+    bound = SELFTEST_BOUNDS[target.precision]
+    status = "ok" if error <= bound else "warn"
+    return Check(item, status, f"max error vs ONNX Runtime {error:.2g} (bound {bound})")
+
+
+def _selftest_models(tmp: Path, obs: np.ndarray, trt_major: int) -> dict[str, Path | None]:
+    """The tiny policy as fp32 ONNX and, for TensorRT 11, as fp16 and Q/DQ ONNX too."""
+    import torch
+
+    from orin_rl.export.onnx import _to_onnx, quantize_int8
+    from orin_rl.models import ActorCritic, PolicySpec
+    from orin_rl.models.deploy import DeterministicPolicy
+
+    torch.manual_seed(0)
+    policy = ActorCritic(PolicySpec([8], "continuous", 2, action_low=[-1, -1], action_high=[1, 1]))
+    fp32 = _to_onnx(DeterministicPolicy(policy), [8], "dynamic", 17, discrete=False)
+    models: dict[str, Path | None] = {"fp32": tmp / "tiny.onnx", "fp16": None, "int8": None}
+    models["fp32"].write_bytes(fp32.SerializeToString())
+    if trt_major >= 11:
+        fp16 = _to_onnx(DeterministicPolicy(policy, fp16=True), [8], "dynamic", 17, False)
+        models["fp16"] = tmp / "tiny.fp16.onnx"
+        models["fp16"].write_bytes(fp16.SerializeToString())
+        models["int8"] = tmp / "tiny.int8.onnx"
+        models["int8"].write_bytes(quantize_int8(fp32.SerializeToString(), obs))
+    return models
 
 
 def selftest() -> list[Check]:
@@ -229,63 +314,49 @@ def selftest() -> list[Check]:
             )
         ]
     import onnxruntime as ort
-    import torch
 
-    from orin_rl.export.onnx import _to_onnx
     from orin_rl.export.recipes import load_recipe
     from orin_rl.export.tensorrt import build_engine
-    from orin_rl.models import ActorCritic, PolicySpec
-    from orin_rl.models.deploy import DeterministicPolicy
-    from orin_rl.runtime.tensorrt_engine import TensorRTEngine, import_tensorrt
+    from orin_rl.runtime.tensorrt_engine import TensorRTEngine, import_tensorrt, trt_major
 
-    torch.manual_seed(0)
-    module = DeterministicPolicy(
-        ActorCritic(PolicySpec([8], "continuous", 2, action_low=[-1, -1], action_high=[1, 1]))
-    )
     rows = []
     obs = np.random.default_rng(0).standard_normal((64, 8)).astype(np.float32)
     trt = import_tensorrt()
+    major = trt_major(trt)
     dla = int(trt.Builder(trt.Logger(trt.Logger.ERROR)).num_DLA_cores)
     with tempfile.TemporaryDirectory() as tmp:
-        onnx_path = Path(tmp) / "tiny.onnx"
-        onnx_path.write_bytes(
-            _to_onnx(module, [8], "dynamic", 17, discrete=False).SerializeToString()
-        )
+        models = _selftest_models(Path(tmp), obs, major)
         np.savez(Path(tmp) / "calib.npz", obs=obs)
-        expected = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"]).run(
-            None, {"obs": obs}
-        )[0]
-        targets = [("fp32", None), ("fp16", None), ("int8", None)] + [
-            ("fp16", core) for core in range(dla)
-        ]
-        for precision, core in targets:
-            label = f"{precision} on {'DLA ' + str(core) if core is not None else 'GPU'}"
+        expected = ort.InferenceSession(
+            str(models["fp32"]), providers=["CPUExecutionProvider"]
+        ).run(None, {"obs": obs})[0]
+        for target in selftest_targets(major, dla, models):
+            if target.skip:
+                rows.append(Check(f"selftest {target.label}", "skipped", target.skip))
+                continue
             try:
                 recipe = load_recipe(
                     None,
-                    precision=precision,
-                    dla_core=core,
-                    gpu_fallback=core is not None,
+                    precision=target.precision,
+                    dla_core=target.dla_core,
+                    gpu_fallback=target.dla_core is not None,
                     calib=str(Path(tmp) / "calib.npz"),
                     timing_cache=str(Path(tmp) / "t.cache"),
                 )
-                engine = Path(tmp) / f"{precision}-{core}.engine"
-                build_engine(onnx_path, engine, recipe)
-                runner = TensorRTEngine.from_file(engine, batch=1)
-                got = np.concatenate(
-                    [runner.run({"obs": obs[i : i + 1]})["action"] for i in range(len(obs))]
-                )
-                err = float(np.abs(got - expected).max())
-                bound = {"fp32": 1e-3, "fp16": 2e-2, "int8": 0.2}[precision]
-                rows.append(
-                    Check(
-                        f"selftest {label}",
-                        "ok" if err <= bound else "warn",
-                        f"max error vs ONNX Runtime {err:.2g} (bound {bound})",
+                engine = Path(tmp) / f"{target.precision}-{target.dla_core}.engine"
+                sidecar = build_engine(target.model, engine, recipe)
+                with TensorRTEngine.from_file(engine, batch=1, dla_core=target.dla_core) as run:
+                    got = np.concatenate(
+                        [run.run({"obs": obs[i : i + 1]})["action"] for i in range(len(obs))]
                     )
-                )
+                error = float(np.abs(got - expected).max())
+                rows.append(selftest_row(target, sidecar.precision, error))
             except Exception as exc:  # report each path's failure and go on
                 rows.append(
-                    Check(f"selftest {label}", "missing", f"{exc.__class__.__name__}: {exc}"[:200])
+                    Check(
+                        f"selftest {target.label}",
+                        "missing",
+                        f"{exc.__class__.__name__}: {exc}"[:200],
+                    )
                 )
     return rows

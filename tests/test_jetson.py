@@ -255,7 +255,7 @@ def test_doctor_json_validates(capsys):
     assert {"checks", "selftest"} == set(data)
     for row in data["checks"] + data["selftest"]:
         assert set(row) == {"item", "status", "detail", "next_step"}
-        assert row["status"] in {"ok", "missing", "warn", "info"}
+        assert row["status"] in {"ok", "missing", "warn", "info", "skipped"}
     if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
         numba_row = next(r for r in data["checks"] if r["item"] == "numba")
         assert "simulator" in numba_row["detail"]

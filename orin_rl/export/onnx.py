@@ -250,7 +250,8 @@ def _io_layers(model_bytes: bytes) -> list[str]:
 
 def quantize_int8(model_bytes: bytes, calibration: np.ndarray) -> bytes:
     """Explicit quantisation: ONNX Runtime's static quantiser in Q/DQ format (per-channel
-    weights, calibrated activation ranges) – the form TensorRT 10.1+/11 builds as int8.
+    weights, calibrated activation ranges, symmetric: every zero point 0) – the form TensorRT
+    10.1+/11 builds as int8.
 
     The first and last matrix layers stay in float: a policy's observation mixes features of
     very different scales (a pole angle of 0.01 rad beside velocities of 3 m/s) and its outputs
@@ -289,6 +290,9 @@ def quantize_int8(model_bytes: bytes, calibration: np.ndarray) -> bytes:
                 activation_type=QuantType.QInt8,
                 weight_type=QuantType.QInt8,
                 nodes_to_exclude=_io_layers(model_bytes),
+                # TensorRT's ONNX parser takes symmetric quantisation only (every zero point
+                # 0); ONNX Runtime's default is asymmetric activations.
+                extra_options={"ActivationSymmetric": True, "WeightSymmetric": True},
             )
         return dst.read_bytes()
 

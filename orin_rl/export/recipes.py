@@ -4,13 +4,19 @@ ONNX Runtime's TensorRT / CUDA execution providers, so both give the same precis
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from orin_rl.config import read_yaml_mapping
 from orin_rl.errors import OrinError
+from orin_rl.runtime.onnxruntime_backend import (
+    CPU_EP,
+    CUDA_EP,
+    TENSORRT_EP,
+    EpSettings,
+    provider_options,
+)
 
 PRECISIONS = ("fp32", "fp16", "int8")
 CALIBRATORS = ("entropy", "minmax")
@@ -125,32 +131,16 @@ def ort_providers(
     Engine and timing caches go to a folder keyed by the model hash and the versions of ORT,
     TensorRT and the GPU, so a cache is never reused across a change of any of them.
     """
-    key = hashlib.sha256(
-        (onnx_sha256 + "|" + "|".join(f"{k}={v}" for k, v in sorted(versions.items()))).encode()
-    ).hexdigest()[:16]
-    cache = str(Path(recipe.ort_engine_cache) / key)
-    providers: list[tuple[str, dict[str, Any]]] = []
-    if "TensorrtExecutionProvider" in available:
-        trt: dict[str, Any] = {
-            "trt_fp16_enable": recipe.precision in ("fp16", "int8"),
-            "trt_int8_enable": recipe.precision == "int8",
-            "trt_engine_cache_enable": True,
-            "trt_engine_cache_path": cache,
-            "trt_timing_cache_enable": True,
-            "trt_timing_cache_path": cache,
-            "trt_max_workspace_size": recipe.workspace_mb << 20,
-        }
-        if recipe.dla_core is not None:
-            trt.update(trt_dla_enable=True, trt_dla_core=recipe.dla_core)
-        dims = "x".join(str(d) for d in obs_shape)
-        mn, opt, mx = recipe.batch
-        trt.update(
-            trt_profile_min_shapes=f"obs:{mn}x{dims}",
-            trt_profile_opt_shapes=f"obs:{opt}x{dims}",
-            trt_profile_max_shapes=f"obs:{mx}x{dims}",
-        )
-        providers.append(("TensorrtExecutionProvider", trt))
-    if "CUDAExecutionProvider" in available:
-        providers.append(("CUDAExecutionProvider", {"cudnn_conv_algo_search": "HEURISTIC"}))
-    providers.append(("CPUExecutionProvider", {}))
-    return providers
+    names = [p for p in (TENSORRT_EP, CUDA_EP) if p in available] + [CPU_EP]
+    return provider_options(names, onnx_sha256, obs_shape, versions, ep_settings(recipe))
+
+
+def ep_settings(recipe: BuildRecipe) -> EpSettings:
+    """The recipe's precision, DLA core, profile and workspace as ONNX Runtime EP settings."""
+    return EpSettings(
+        precision=recipe.precision,
+        dla_core=recipe.dla_core,
+        batch=tuple(recipe.batch),
+        workspace_mb=recipe.workspace_mb,
+        cache_root=recipe.ort_engine_cache,
+    )

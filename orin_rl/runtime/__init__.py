@@ -54,7 +54,13 @@ def _make(kind: str, found: dict[str, Path], device: str, safe_action, **options
 
         info, onnx_path = bundle.load_bundle(found["bundle"])
         return OnnxRuntimeBackend(
-            onnx_path, info, device, options.get("threads", 1), safe_action=safe_action
+            onnx_path,
+            info,
+            device,
+            options.get("threads", 1),
+            providers=options.get("providers"),
+            safe_action=safe_action,
+            ep=options.get("ort_settings"),
         )
     if kind == "tensorrt":
         if "engine" not in found:
@@ -64,7 +70,11 @@ def _make(kind: str, found: dict[str, Path], device: str, safe_action, **options
         from orin_rl.runtime.tensorrt_backend import TensorRTBackend
 
         return TensorRTBackend(
-            found["engine"], options.get("batch", 1), options.get("cuda_graph", False), safe_action
+            found["engine"],
+            options.get("batch", 1),
+            options.get("cuda_graph", False),
+            safe_action,
+            zero_copy=options.get("zero_copy"),
         )
     if kind == "torch":
         if "run" not in found:
@@ -78,6 +88,7 @@ def _make(kind: str, found: dict[str, Path], device: str, safe_action, **options
             batch=options.get("batch", 1),
             safe_action=safe_action,
             threads=options.get("threads", 1),
+            zero_copy=options.get("zero_copy"),
         )
     raise RuntimeBackendError(f"unknown backend {kind!r}; choose one of {', '.join(BACKENDS)}")
 
@@ -98,6 +109,9 @@ def load(
     **options,
 ) -> Backend:
     """A backend for ``model`` (engine file, bundle folder or run folder), not yet active.
+
+    ``options``: ``threads``; ``providers`` and ``ort_settings`` (ONNX Runtime); ``cuda_graph``,
+    ``batch`` and ``zero_copy`` (torch and TensorRT).
 
     ``backend="auto"`` activates every backend the artefacts and this machine allow, times a
     few hundred calls of each and keeps the one with the lowest p99 (logged): for a small MLP a

@@ -1,9 +1,13 @@
-"""ONNX Runtime backend: provider choice with fallback (TensorRT EP → CUDA EP → CPU), IO
-binding on the GPU, one intra-op thread by default (small policies on small CPUs)."""
+"""ONNX Runtime backend: provider choice with fallback (TensorRT EP → CUDA EP → CPU) and the
+TensorRT / CUDA execution-provider options of an engine recipe, IO binding bound once per batch
+size (no per-call feed dict, binding or output allocation), one intra-op thread by default
+(small policies on small CPUs)."""
 
 from __future__ import annotations
 
+import hashlib
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +22,12 @@ ORT_HINT = (
     "onnxruntime is not installed: pip install 'orin-rl[export]' "
     "(on a Jetson, onnxruntime-gpu from NVIDIA's Jetson wheels)"
 )
+TENSORRT_EP = "TensorrtExecutionProvider"
+CUDA_EP = "CUDAExecutionProvider"
+CPU_EP = "CPUExecutionProvider"
+PROVIDER_NAMES = {"tensorrt": TENSORRT_EP, "cuda": CUDA_EP, "cpu": CPU_EP}
+MAX_BINDINGS = 8
+"""Batch sizes kept bound at once (a control loop uses one)."""
 
 
 def import_ort():
@@ -29,6 +39,95 @@ def import_ort():
     return ort
 
 
+def provider_name(name: str) -> str:
+    """``tensorrt``/``cuda``/``cpu`` (or a full execution-provider name) → the full name."""
+    full = PROVIDER_NAMES.get(name.strip().lower(), name.strip())
+    if full not in PROVIDER_NAMES.values():
+        raise RuntimeBackendError(
+            f"unknown ONNX Runtime provider {name!r}; choose from {', '.join(PROVIDER_NAMES)}"
+        )
+    return full
+
+
+@dataclass
+class EpSettings:
+    """TensorRT / CUDA execution-provider settings (an engine recipe's, or these defaults)."""
+
+    precision: str = "fp32"
+    """fp32, fp16 or int8 for the TensorRT EP."""
+    dla_core: int | None = None
+    """DLA core for the TensorRT EP, or None."""
+    batch: tuple[int, int, int] = (1, 1, 1)
+    """(min, opt, max) batch of the TensorRT EP's profile."""
+    workspace_mb: int = 256
+    """TensorRT EP workspace limit."""
+    cache_root: str = "engines/ort-cache"
+    """Root folder of the TensorRT EP's engine and timing caches."""
+
+
+def provider_options(
+    names: list[str],
+    onnx_sha256: str,
+    obs_shape: list[int],
+    versions: dict[str, str],
+    settings: EpSettings,
+) -> list[tuple[str, dict[str, Any]]]:
+    """``(provider, options)`` for each of ``names`` in order.
+
+    The TensorRT EP's engine and timing caches go to a folder keyed by the model hash and the
+    versions of ONNX Runtime, TensorRT and the GPU, so a cache is never reused across a change
+    of any of them.
+    """
+    key = hashlib.sha256(
+        (onnx_sha256 + "|" + "|".join(f"{k}={v}" for k, v in sorted(versions.items()))).encode()
+    ).hexdigest()[:16]
+    cache = str(Path(settings.cache_root) / key)
+    chosen: list[tuple[str, dict[str, Any]]] = []
+    for name in names:
+        if name == TENSORRT_EP:
+            trt: dict[str, Any] = {
+                "trt_fp16_enable": settings.precision in ("fp16", "int8"),
+                "trt_int8_enable": settings.precision == "int8",
+                "trt_engine_cache_enable": True,
+                "trt_engine_cache_path": cache,
+                "trt_timing_cache_enable": True,
+                "trt_timing_cache_path": cache,
+                "trt_max_workspace_size": settings.workspace_mb << 20,
+            }
+            if settings.dla_core is not None:
+                trt.update(trt_dla_enable=True, trt_dla_core=settings.dla_core)
+            dims = "x".join(str(d) for d in obs_shape)
+            mn, opt, mx = settings.batch
+            trt.update(
+                trt_profile_min_shapes=f"obs:{mn}x{dims}",
+                trt_profile_opt_shapes=f"obs:{opt}x{dims}",
+                trt_profile_max_shapes=f"obs:{mx}x{dims}",
+            )
+            chosen.append((TENSORRT_EP, trt))
+        elif name == CUDA_EP:
+            chosen.append((CUDA_EP, {"cudnn_conv_algo_search": "HEURISTIC"}))
+        else:
+            chosen.append((name, {}))
+    return chosen
+
+
+def _versions(ort, names: list[str]) -> dict[str, str]:
+    """What a TensorRT EP engine cache depends on: ONNX Runtime, TensorRT and the GPU."""
+    versions = {"onnxruntime": ort.__version__}
+    if TENSORRT_EP in names:
+        import importlib.metadata  # only here: it pulls in email, csv and zipfile
+
+        try:
+            versions["tensorrt"] = importlib.metadata.version("tensorrt")
+        except importlib.metadata.PackageNotFoundError:
+            versions["tensorrt"] = "unknown"
+        from orin_rl.cudainfo import gpu_info
+
+        gpu = gpu_info()
+        versions["gpu"] = f"{gpu.name} sm_{gpu.compute_capability}" if gpu else "unknown"
+    return versions
+
+
 class OnnxRuntimeBackend(Backend):
     """Runs the bundle's ONNX through ONNX Runtime.
 
@@ -37,7 +136,10 @@ class OnnxRuntimeBackend(Backend):
         info: the bundle description.
         device: ``cpu`` or ``cuda`` (tries the TensorRT and CUDA providers first).
         threads: intra-op threads (1 suits a batch-1 policy; 0 lets ONNX Runtime choose).
-        providers: explicit (name, options) list, e.g. from ``export.recipes.ort_providers``.
+        providers: provider names to try in order (``tensorrt``, ``cuda``, ``cpu`` or full
+            names), or an explicit (name, options) list (``export.recipes.ort_providers``);
+            None: by ``device``.
+        ep: TensorRT / CUDA provider settings (``EpSettings``; an engine recipe's).
     """
 
     name = "onnxruntime"
@@ -48,26 +150,40 @@ class OnnxRuntimeBackend(Backend):
         info: BundleInfo,
         device: str = "cpu",
         threads: int = 1,
-        providers: list[tuple[str, dict[str, Any]]] | None = None,
+        providers: list[str] | list[tuple[str, dict[str, Any]]] | None = None,
         safe_action: np.ndarray | None = None,
+        ep: EpSettings | None = None,
     ):
         super().__init__(info.inputs[0], info.outputs, safe_action)
         self.onnx_path = Path(onnx_path)
+        self.info = info
         self.device = device
         self.threads = threads
+        if providers and all(isinstance(p, str) for p in providers):
+            providers = [provider_name(p) for p in providers]
         self.requested = providers
+        self.ep = ep or EpSettings()
         self.session = None
         self.provider = None
-        self._binding = None
+        self._bindings: dict[int, tuple[Any, np.ndarray, np.ndarray]] = {}
 
-    def _provider_candidates(self, ort) -> list[tuple[str, dict[str, Any]]]:
-        if self.requested is not None:
-            return self.requested
-        available = ort.get_available_providers()
-        wanted = ["CPUExecutionProvider"]
-        if self.device.startswith("cuda"):
-            wanted = ["TensorrtExecutionProvider", "CUDAExecutionProvider", *wanted]
-        return [(p, {}) for p in wanted if p in available]
+    def provider_candidates(
+        self, available: list[str], ort=None
+    ) -> list[tuple[str, dict[str, Any]]]:
+        """What to try, best first: the requested providers (all of them: one that is not
+        compiled in fails with its reason), or by device those of TensorRT, CUDA and CPU that
+        ``available`` lists; with the recipe's TensorRT / CUDA options."""
+        requested = self.requested
+        if requested and not isinstance(requested[0], str):
+            return list(requested)  # explicit (name, options)
+        if requested:
+            names = list(requested)
+        else:
+            wanted = [TENSORRT_EP, CUDA_EP, CPU_EP] if self.device.startswith("cuda") else [CPU_EP]
+            names = [p for p in wanted if p in available]
+        obs_shape = [d for d in self.input_spec.shape[1:] if isinstance(d, int)]
+        versions = _versions(ort, names) if ort is not None else {}
+        return provider_options(names, self.info.onnx_sha256, obs_shape, versions, self.ep)
 
     def activate_impl(self) -> None:
         ort = import_ort()
@@ -78,7 +194,8 @@ class OnnxRuntimeBackend(Backend):
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         errors = []
         # get_available_providers() lists what was compiled in, not what works: try each.
-        for provider, opts in self._provider_candidates(ort):
+        candidates = self.provider_candidates(ort.get_available_providers(), ort)
+        for provider, opts in candidates:
             chain = (
                 [(provider, opts)]
                 if provider == "CPUExecutionProvider"
@@ -94,26 +211,47 @@ class OnnxRuntimeBackend(Backend):
                 break
             errors.append(f"{provider}: not used by the session")
         if self.session is None:
-            raise RuntimeBackendError(f"no ONNX Runtime provider could start: {'; '.join(errors)}")
+            raise RuntimeBackendError(
+                f"no ONNX Runtime provider could start ({'; '.join(errors) or 'none requested'}): "
+                "GPU providers need onnxruntime-gpu (NVIDIA's Jetson build on a Jetson), or use "
+                "--providers cpu"
+            )
         if errors:
             log.warning("ONNX Runtime fell back to %s (%s)", self.provider, "; ".join(errors))
         self._input = self.input_spec.name
         self._outputs = [self.output_spec[0].name]
-        if self.provider != "CPUExecutionProvider":
-            self._binding = self.session.io_binding()
+        self._bindings = {}
+
+    def _bind(self, obs: np.ndarray, action: np.ndarray) -> None:
+        """IO binding for this batch size over buffers of our own, bound once: later calls
+        copy the observation in and run, with no per-call binding, feed dict or allocation
+        inside ONNX Runtime (ORT moves the data to the provider's device as needed)."""
+        if len(self._bindings) >= MAX_BINDINGS:
+            self._bindings.clear()
+        in_buf, out_buf = np.empty_like(obs), np.empty_like(action)
+        binding = self.session.io_binding()
+        binding.bind_input(
+            self._input, "cpu", 0, in_buf.dtype.type, list(in_buf.shape), in_buf.ctypes.data
+        )
+        binding.bind_output(
+            self._outputs[0], "cpu", 0, out_buf.dtype.type, list(out_buf.shape), out_buf.ctypes.data
+        )
+        self._bindings[len(obs)] = (binding, in_buf, out_buf)
 
     def infer_impl(self, obs: np.ndarray) -> np.ndarray:
-        if self._binding is None:
-            return self.session.run(self._outputs, {self._input: obs})[0]
-        binding = self._binding
-        binding.bind_cpu_input(self._input, obs)
-        binding.bind_output(self._outputs[0], "cpu")
+        bound = self._bindings.get(len(obs))
+        if bound is None:  # first call at this batch: plain run, which also gives the shapes
+            action = self.session.run(self._outputs, {self._input: obs})[0]
+            self._bind(obs, action)
+            return action
+        binding, in_buf, out_buf = bound
+        np.copyto(in_buf, obs)
         self.session.run_with_iobinding(binding)
-        return binding.copy_outputs_to_cpu()[0]
+        return out_buf.copy()  # the buffer is reused by the next call
 
     def deactivate_impl(self) -> None:
+        self._bindings = {}
         self.session = None
-        self._binding = None
 
     def describe(self) -> dict[str, Any]:
         return {"backend": self.name, "provider": self.provider, "threads": self.threads}

@@ -60,11 +60,15 @@ def run_policy(
     histogram: str | Path | None = None,
     seed: int = 0,
     loop_options: dict[str, Any] | None = None,
+    backend_options: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Run ``steps`` loop iterations; return (and optionally write) the report."""
+    """Run ``steps`` loop iterations; return (and optionally write) the report.
+
+    ``backend_options`` go to ``runtime.load`` (providers, cuda_graph, zero_copy, ...).
+    """
     from orin_rl import bundle as bundle_mod
 
-    runner = load(model, backend, device)
+    runner = load(model, backend, device, **(backend_options or {}))
     env_id = env_id or _env_of(model, bundle_mod)
     driver = EnvDriver(env_id, seed)
     _check_fits(runner, driver, env_id)

@@ -17,6 +17,7 @@ ORIN_TRT10 = PlatformInfo("10.3.0", "Orin", "8.7")
 
 
 def make_engine(tmp_path, platform=ORIN_TRT10, version_compatible=False, content=b"engine-bytes"):
+    tmp_path.mkdir(parents=True, exist_ok=True)
     engine = tmp_path / "policy.engine"
     engine.write_bytes(content)
     sidecar = EngineSidecar(
@@ -55,13 +56,42 @@ class TestSidecarCheck:
             bundle.check_engine(make_engine(tmp_path), here)
         assert "orin-rl build" in str(err.value)
 
-    def test_version_compatible_engine_runs_on_a_later_minor(self, tmp_path):
-        engine = make_engine(tmp_path, version_compatible=True)
-        bundle.check_engine(engine, PlatformInfo("10.7.0", "Orin", "8.7"))
-        with pytest.raises(BundleError):  # not across a major version
-            bundle.check_engine(engine, PlatformInfo("11.4.1", "Orin", "8.7"))
-        with pytest.raises(BundleError):  # not backwards
-            bundle.check_engine(engine, PlatformInfo("10.1.0", "Orin", "8.7"))
+    @pytest.mark.parametrize(
+        ("built", "here", "loads"),
+        [
+            ("10.3.0", "10.7.0", True),  # a later minor of the same major
+            ("10.3.0", "11.4.1", True),  # 10 → 11 (TensorRT 11.4.1 support matrix)
+            ("8.6.2", "10.3.0", True),  # 8 → 10
+            ("8.6.2", "11.4.1", False),  # two jumps: not in the matrix
+            ("10.3.0", "10.1.0", False),  # never backwards
+            ("11.4.1", "10.3.0", False),
+        ],
+    )
+    def test_version_compatible_engines_load_across_the_supported_versions(
+        self, tmp_path, built, here, loads
+    ):
+        compatible = make_engine(
+            tmp_path, PlatformInfo(built, "Orin", "8.7"), version_compatible=True
+        )
+        here_info = PlatformInfo(here, "Orin", "8.7")
+        if loads:
+            assert bundle.check_engine(compatible, here_info).version_compatible
+        else:
+            with pytest.raises(BundleError, match=f"built with TensorRT {built}"):
+                bundle.check_engine(compatible, here_info)
+        # Without the flag, only the exact version loads.
+        plain = make_engine(tmp_path / "plain", PlatformInfo(built, "Orin", "8.7"))
+        with pytest.raises(BundleError, match="rebuild it here"):
+            bundle.check_engine(plain, here_info)
+
+    def test_loading_settings_follow_the_sidecar(self):
+        """A version-compatible engine embeds its lean runtime: TensorRT runs it only with
+        engine_host_code_allowed; a DLA engine needs the runtime's DLA core set."""
+        from orin_rl.runtime.tensorrt_engine import runtime_settings
+
+        assert runtime_settings(False, None) == {}
+        assert runtime_settings(True, None) == {"engine_host_code_allowed": True}
+        assert runtime_settings(False, 1) == {"DLA_core": 1}
 
     def test_changed_engine_bytes_are_refused_before_deserialising(self, tmp_path):
         engine = make_engine(tmp_path)

@@ -87,6 +87,14 @@ def test_int8_qdq_within_its_tolerance(request, tmp_path, run):
     model = onnx.load(tmp_path / "b" / variant["onnx_file"])
     ops = {n.op_type for n in model.graph.node}
     assert {"QuantizeLinear", "DequantizeLinear"} <= ops
+    # TensorRT's parser takes symmetric quantisation only: every Q/DQ zero point is 0.
+    initializers = {t.name: onnx.numpy_helper.to_array(t) for t in model.graph.initializer}
+    zero_points = [
+        initializers[n.input[2]]
+        for n in model.graph.node
+        if n.op_type in ("QuantizeLinear", "DequantizeLinear") and len(n.input) > 2
+    ]
+    assert zero_points and all((z == 0).all() for z in zero_points)
     parity = variant["parity"]
     if info.action_space["kind"] == "discrete":
         assert parity["decisive_agreement"] >= 0.95 and 0 <= parity["action_agreement"] <= 1

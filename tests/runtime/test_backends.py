@@ -35,7 +35,9 @@ def backend(request, run_with_bundle):
         from orin_rl.export.tensorrt import build_engine
 
         model = run_with_bundle / "policy.engine"
-        build_engine(run_with_bundle / "bundle", model, load_recipe(None, precision="fp32"))
+        # The contract runs batches of 1, 3, 7 and 64: the profile must cover them.
+        recipe = load_recipe(None, precision="fp32", batch=[1, 8, 64])
+        build_engine(run_with_bundle / "bundle", model, recipe)
     return load(model, request.param, safe_action=np.array(0))
 
 
@@ -129,3 +131,123 @@ def test_torch_cuda_modes(run_with_bundle, rng, cuda_graph):
     ):
         for _ in range(3):
             np.testing.assert_array_equal(gpu.infer(obs), ref.infer(obs))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("zero_copy", [None, False, True])
+def test_torch_cuda_graph_follows_the_batch(run_with_bundle, rng, zero_copy):
+    """A graph per batch size, each over its own buffers: switching batch and back replays
+    the right graph. zero_copy=True binds the graph to mapped host memory (what an integrated
+    GPU gets by default); False captures the host↔device copies inside the graph."""
+    with (
+        load(run_with_bundle, "torch") as ref,
+        load(run_with_bundle, "torch", "cuda", cuda_graph=True, zero_copy=zero_copy) as gpu,
+    ):
+        for batch in (1, 7, 1, 64, 7, 1):
+            obs = rng.normal(size=(batch, 4)).astype(np.float32)
+            np.testing.assert_array_equal(gpu.infer(obs), ref.infer(obs))
+        assert gpu._graphs.captures == 3 and sorted(gpu._graphs.keys()) == [1, 7, 64]
+        if zero_copy is not None:
+            assert gpu.describe()["zero_copy"] is zero_copy
+
+
+class TestBackendOptionsFromTheCli:
+    """``orin-rl run`` / ``bench`` flags reach the backends (CPU provider, CPU torch here)."""
+
+    def options(self, *argv, command="bench", batch=1):
+        from orin_rl import cli
+
+        args = cli.build_parser().parse_args([command, "--model", "m", *argv])
+        return cli._backend_options(args, batch)
+
+    def test_bench_runs_the_ort_provider_asked_for(self, run_with_bundle, tmp_path):
+        import json
+
+        from orin_rl import cli
+
+        out = tmp_path / "bench"
+        argv = ["-q", "bench", "--model", str(run_with_bundle), "--backends", "onnxruntime"]
+        assert (
+            cli.main(
+                [*argv, "--providers", "cpu", "--batch", "1", "--iters", "20", "--out", str(out)]
+            )
+            == 0
+        )
+        (row,) = json.loads(out.with_suffix(".json").read_text())["rows"]
+        assert row["provider"] == "CPUExecutionProvider"
+        assert (
+            cli.main(
+                [*argv, "--providers", "cuda", "--batch", "1", "--iters", "20", "--out", str(out)]
+            )
+            == 0
+        )
+        (row,) = json.loads(out.with_suffix(".json").read_text())["rows"]
+        assert "CUDAExecutionProvider" in row["error"] and "onnxruntime-gpu" in row["error"]
+
+    def test_ort_recipe_sets_the_tensorrt_provider_options(self, run_with_bundle):
+        from orin_rl.runtime.onnxruntime_backend import CPU_EP, CUDA_EP, TENSORRT_EP
+
+        options = self.options("--ort-recipe", "engines/dla0-fp16.yaml")
+        backend = load(run_with_bundle, "onnxruntime", "cuda", **options)
+        candidates = backend.provider_candidates([TENSORRT_EP, CUDA_EP, CPU_EP])
+        assert [name for name, _ in candidates] == [TENSORRT_EP, CUDA_EP, CPU_EP]
+        trt = candidates[0][1]
+        assert trt["trt_fp16_enable"] and trt["trt_dla_enable"] and trt["trt_dla_core"] == 0
+        assert trt["trt_profile_min_shapes"] == "obs:1x4"
+        # Without a recipe the TensorRT provider computes what the bundle computes: fp32.
+        plain = load(run_with_bundle, "onnxruntime", "cuda").provider_candidates([TENSORRT_EP])
+        assert not plain[0][1]["trt_fp16_enable"]
+        # On the CPU, or with --providers, only what was asked for.
+        assert [
+            n
+            for n, _ in load(run_with_bundle, "onnxruntime").provider_candidates(
+                [TENSORRT_EP, CPU_EP]
+            )
+        ] == [CPU_EP]
+        asked = self.options("--providers", "cuda,cpu")
+        assert [
+            n
+            for n, _ in load(run_with_bundle, "onnxruntime", **asked).provider_candidates([CPU_EP])
+        ] == [CUDA_EP, CPU_EP]
+
+    def test_torch_graph_batch_and_zero_copy_reach_the_backend(self, run_with_bundle):
+        options = self.options("--zero-copy", "on", batch=4)
+        backend = load(run_with_bundle, "torch", **options)
+        assert backend.graph_batch == 4 and backend.zero_copy is True
+        assert (
+            self.options()["zero_copy"] is None
+            and self.options("--zero-copy", "off")["zero_copy"] is False
+        )
+
+    @pytest.mark.parametrize(
+        ("argv", "message"),
+        [
+            (["--backend", "torch", "--cuda-graph"], "CUDA graphs need a GPU: use --device cuda"),
+            (
+                ["--backend", "onnxruntime", "--providers", "gpu"],
+                "unknown ONNX Runtime provider 'gpu'",
+            ),
+        ],
+    )
+    def test_bad_choices_are_one_line_exit_2(self, run_with_bundle, capsys, argv, message):
+        from orin_rl import cli
+
+        code = cli.main(["-q", "run", "--model", str(run_with_bundle), "--steps", "5", *argv])
+        err = capsys.readouterr().err.strip()
+        assert code == 2 and message in err and len(err.splitlines()) == 1
+
+
+def test_ort_bound_buffers_follow_the_batch_and_are_not_handed_out(run_with_bundle, rng):
+    """The ONNX Runtime backend binds its I/O buffers once per batch size: switching batch
+    and back gives session.run's answers, and a returned action is the caller's own."""
+    with load(run_with_bundle, "onnxruntime") as backend:
+        session = backend.session
+        answers = []
+        for batch in (1, 7, 1, 7, 64, 64, 64, 1):
+            obs = rng.normal(size=(batch, 4)).astype(np.float32)
+            got = backend.infer(obs)
+            np.testing.assert_array_equal(got, session.run(["action"], {"obs": obs})[0])
+            answers.append((got, got.copy()))
+        for got, kept in answers:  # later calls did not overwrite an earlier answer
+            np.testing.assert_array_equal(got, kept)
+        assert sorted(backend._bindings) == [1, 7, 64]
