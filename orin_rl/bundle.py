@@ -62,6 +62,10 @@ class BundleInfo:
     """Details of the parity check (tolerance, observation counts, action agreement)."""
     env_id: str | None = None
     """Environment the policy was trained on."""
+    env_config: dict[str, Any] = field(default_factory=dict)
+    """How that environment was made in training: ``max_episode_steps``, ``kwargs`` (keyword
+    arguments of ``gymnasium.make``) and ``wrappers`` (config ``env.wrappers``), where set;
+    ``orin-rl eval`` / ``run`` make it the same way."""
     variants: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Other precisions of the same policy, e.g. ``{"int8-qdq": {"onnx_file", "onnx_sha256",
     "parity"}}``: the explicit-quantization model for TensorRT 10.1+/11."""

@@ -24,6 +24,23 @@ def polyak_update_(target: nn.Module, online: nn.Module, tau: float) -> None:
         torch._foreach_lerp_(t, list(online.parameters()), tau)
 
 
+def squashed_sample(
+    actor_out: torch.Tensor, mid: torch.Tensor, half: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Tanh-squashed Gaussian sample from the actor's (mean, log std) output (batch, 2 * dim):
+    (action = mid + half * tanh(u), log pi(action)), reparameterised."""
+    mean, log_std = actor_out.chunk(2, dim=-1)
+    # Soft clamp of log std into [LOG_STD_MIN, LOG_STD_MAX] (keeps gradients).
+    log_std = LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (torch.tanh(log_std) + 1)
+    std = log_std.exp()
+    u = mean + std * torch.randn_like(mean)
+    squashed = torch.tanh(u)
+    # log N(u; mean, std) minus the log-determinant of a = mid + half * tanh(u).
+    logp = (-0.5 * ((u - mean) / std).square() - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
+    logp = logp - torch.log(half * (1 - squashed.square()) + 1e-6).sum(-1)
+    return mid + half * squashed, logp
+
+
 class QNetwork(nn.Module):
     """Q(s, a) for continuous actions: an MLP over the concatenation."""
 
@@ -72,16 +89,7 @@ class SAC(OffPolicyAlgorithm):
     def sample_action(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Reparameterised sample: (action in the bounds, log pi(action|obs))."""
         out = self.policy.actor(obs.flatten(1)).float()  # fp32 head under autocast
-        mean, log_std = out.chunk(2, dim=-1)
-        # Soft clamp of log std into [LOG_STD_MIN, LOG_STD_MAX] (keeps gradients).
-        log_std = LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (torch.tanh(log_std) + 1)
-        std = log_std.exp()
-        u = mean + std * torch.randn_like(mean)
-        squashed = torch.tanh(u)
-        # log N(u; mean, std) minus the log-determinant of a = mid + half * tanh(u).
-        logp = (-0.5 * ((u - mean) / std).square() - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
-        logp = logp - torch.log(self.action_half * (1 - squashed.square()) + 1e-6).sum(-1)
-        return self.action_mid + self.action_half * squashed, logp
+        return squashed_sample(out, self.action_mid, self.action_half)
 
     @torch.inference_mode()
     def act(self, obs: torch.Tensor) -> torch.Tensor:

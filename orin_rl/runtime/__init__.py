@@ -20,7 +20,7 @@ log = logging.getLogger(__name__)
 BACKENDS = ("auto", "onnxruntime", "tensorrt", "torch")
 ENGINE_SUFFIXES = (".engine", ".plan", ".trt")
 
-__all__ = ["BACKENDS", "Backend", "RuntimeBackendError", "load"]
+__all__ = ["BACKENDS", "Backend", "RuntimeBackendError", "load", "locate"]
 
 
 def _locate(model: str | Path) -> dict[str, Path]:
@@ -44,6 +44,11 @@ def _locate(model: str | Path) -> dict[str, Path]:
             f"{model}: not an engine, a bundle (policy.json) or a run folder (checkpoint.pt)"
         )
     return found
+
+
+def locate(model: str | Path) -> dict[str, Path]:
+    """The artefacts ``model`` offers: ``engine``, ``bundle`` (folder) and ``run`` (folder)."""
+    return _locate(model)
 
 
 def _make(kind: str, found: dict[str, Path], device: str, safe_action, **options) -> Backend:
