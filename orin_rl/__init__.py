@@ -10,6 +10,8 @@ __version__ = "0.1.0"
 _LAZY = {
     "load_policy": "orin_rl.policy",
     "Policy": "orin_rl.policy",
+    "evaluate_policy": "orin_rl.evaluation",
+    "EvalResult": "orin_rl.evaluation",
 }
 
 __all__ = ["__version__", *_LAZY]

@@ -180,6 +180,38 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
     )
 
 
+def _add_eval(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "eval",
+        help="evaluate a policy for N seeded episodes: return and length statistics",
+        description="Run N episodes of a run folder, bundle or engine on gymnasium's own "
+        "environment (also for policies trained on GPU physics), episode i from seed S + i as "
+        "the trainer's evaluation does; print return mean/std/min/max and episode lengths. "
+        "summary.json's final evaluation used seeds from train.seed + 2**30.",
+    )
+    p.add_argument("model", type=Path, help="run folder, bundle folder or engine file")
+    p.add_argument("--episodes", type=int, default=10, help="episodes to run (default 10)")
+    p.add_argument("--seed", type=int, default=0, help="episode i starts from seed S + i")
+    p.add_argument("--env", help="gymnasium id (default: the one the policy was trained on)")
+    p.add_argument(
+        "--backend",
+        default="auto",
+        choices=["auto", "onnxruntime", "tensorrt", "torch"],
+        help="inference backend (auto: the lowest p99 of those available)",
+    )
+    p.add_argument("--device", default="cpu", help="inference device: cpu or cuda")
+    p.add_argument(
+        "--stochastic",
+        action="store_true",
+        help="sample actions from the policy's distribution (run folders: needs checkpoint.pt)",
+    )
+    p.add_argument("--render", action="store_true", help="show the episodes in a window")
+    p.add_argument(
+        "--video", type=Path, metavar="DIR", help="write one MP4 per episode into DIR (moviepy)"
+    )
+    p.add_argument("--report", type=Path, metavar="FILE", help="write the results as JSON here")
+
+
 def _add_bench(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("bench", help="compare the inference backends on one model")
     p.add_argument("--model", required=True, help="bundle, engine, run folder, or cnn-seed")
@@ -217,6 +249,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_export(sub)
     _add_build(sub)
     _add_run(sub)
+    _add_eval(sub)
     _add_bench(sub)
     _add_doctor(sub)
     _add_demo(sub)
@@ -456,6 +489,41 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_eval(args: argparse.Namespace) -> int:
+    """``orin-rl eval`` (torch-free for bundles and engines)."""
+    from orin_rl.evaluation import evaluate_policy
+    from orin_rl.policy import load_policy
+
+    if args.episodes <= 0:
+        raise UsageError(f"--episodes must be positive, got {args.episodes}")
+    with load_policy(args.model, args.backend, args.device) as policy:
+        result = evaluate_policy(
+            policy,
+            args.env,
+            args.episodes,
+            args.seed,
+            deterministic=not args.stochastic,
+            render=args.render,
+            video_dir=args.video,
+        )
+        described = policy.backend.describe()
+    if args.report:
+        args.report.write_text(json.dumps({**described, **result.to_dict()}, indent=2) + "\n")
+    r, n = np.asarray(result.returns), np.asarray(result.lengths)
+    mode = "sampled" if args.stochastic else "deterministic"
+    extra = described.get("provider") or described.get("mode") or described.get("device") or ""
+    print(f"environment  {result.env_id}")
+    print(f"backend      {described['backend']}" + (f" ({extra})" if extra else ""))
+    print(f"episodes     {result.episodes}, seeds {args.seed}..{args.seed + result.episodes - 1}, "
+          f"{mode} actions")  # fmt: skip
+    print(f"{'':<11}{'mean':>10}{'std':>10}{'min':>10}{'max':>10}")
+    print(f"{'return':<11}{r.mean():>10.1f}{r.std():>10.1f}{r.min():>10.1f}{r.max():>10.1f}")
+    print(f"{'length':<11}{n.mean():>10.1f}{n.std():>10.1f}{n.min():>10d}{n.max():>10d}")
+    if result.videos:
+        print(f"videos       {len(result.videos)} MP4 in {args.video}")
+    return 0
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     """``orin-rl bench``."""
     from orin_rl.runtime import bench, load
@@ -583,6 +651,7 @@ COMMANDS = {
     "export": cmd_export,
     "build": cmd_build,
     "run": cmd_run,
+    "eval": cmd_eval,
     "bench": cmd_bench,
 }
 

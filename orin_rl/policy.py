@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from orin_rl import runtime
+from orin_rl.env_factory import ENV_CONFIG_KEYS
 from orin_rl.errors import OrinError
 
 log = logging.getLogger(__name__)
@@ -208,8 +209,7 @@ def _env_of(source: Path, run_dir: Path | None) -> tuple[str | None, dict[str, A
         import yaml
 
         env = (yaml.safe_load((run / "config.yaml").read_text()) or {}).get("env") or {}
-        keys = ("kwargs", "wrappers", "max_episode_steps")
-        return env.get("env_id"), {k: env[k] for k in keys if env.get(k) is not None}
+        return env.get("env_id"), {k: env[k] for k in ENV_CONFIG_KEYS if env.get(k)}
     return None, {}
 
 

@@ -35,6 +35,7 @@ from torch import nn
 from orin_rl import envs
 from orin_rl.bundle import BundleInfo, TensorSpec, sha256_file, write_private
 from orin_rl.checkpoint import load_policy
+from orin_rl.env_factory import ENV_CONFIG_KEYS
 from orin_rl.errors import OrinError
 from orin_rl.models import ActorCritic, PolicySpec
 from orin_rl.models.deploy import DeterministicPolicy
@@ -364,6 +365,7 @@ def export_bundle(
             "random_observations": len(observations) - len(recorded),
         },
         env_id=env_id,
+        env_config={k: env_cfg[k] for k in ENV_CONFIG_KEYS if env_cfg.get(k)},
         producer={
             "orin_rl": __import__("orin_rl").__version__,
             "torch": torch.__version__,
