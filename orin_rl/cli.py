@@ -37,7 +37,12 @@ TRAIN_FLAGS = {
     "nvtx": "train.nvtx",
     "num_agents": "train.num_agents",
     "algo": "train.algo",
+    "env_kwargs": "env.kwargs",
 }
+ENV_KWARGS_HELP = (
+    "JSON object of keyword arguments for the environment's constructor, e.g. "
+    """'{"size": 8}' (config env.kwargs)"""
+)
 
 
 class UsageError(OrinError, ValueError):
@@ -50,7 +55,12 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
         help="train a policy (PPO, SAC or DQN) into a run folder",
         description="Train PPO. Precedence: defaults < env preset < --config < flags < --set.",
     )
-    p.add_argument("--env", help="gymnasium id, e.g. CartPole-v1 (default: CartPole-v1)")
+    p.add_argument(
+        "--env",
+        help="gymnasium id, e.g. CartPole-v1 (default), or module:EnvId for your own "
+        "(module registers EnvId with gymnasium.register; docs/custom_env.md)",
+    )
+    p.add_argument("--env-kwargs", metavar="JSON", help=ENV_KWARGS_HELP)
     p.add_argument(
         "--algo",
         choices=["ppo", "sac", "dqn"],
@@ -167,6 +177,7 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--device", default="cpu", help="cpu or cuda")
     p.add_argument("--env", help="gymnasium id (default: the one the bundle was trained on)")
+    p.add_argument("--env-kwargs", metavar="JSON", help=ENV_KWARGS_HELP + "; default: training's")
     p.add_argument(
         "--rate", type=float, default=100.0, help="loop rate in Hz (0: as fast as possible)"
     )
@@ -193,6 +204,7 @@ def _add_eval(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--episodes", type=int, default=10, help="episodes to run (default 10)")
     p.add_argument("--seed", type=int, default=0, help="episode i starts from seed S + i")
     p.add_argument("--env", help="gymnasium id (default: the one the policy was trained on)")
+    p.add_argument("--env-kwargs", metavar="JSON", help=ENV_KWARGS_HELP + "; default: training's")
     p.add_argument(
         "--backend",
         default="auto",
@@ -279,12 +291,24 @@ def train_config(args: argparse.Namespace) -> Config:
             cfg = config_mod.from_dict(file_data, cfg)
         except ConfigError as exc:
             raise ConfigError(f"{args.config}: {exc}") from None
-    flags = [
-        f"{key}={json.dumps(getattr(args, name))}"
-        for name, key in TRAIN_FLAGS.items()
-        if getattr(args, name) is not None
-    ]
+    values = {name: getattr(args, name) for name in TRAIN_FLAGS}
+    if args.env_kwargs is not None:
+        values["env_kwargs"] = env_kwargs_arg(args.env_kwargs)
+    flags = [f"{TRAIN_FLAGS[n]}={json.dumps(v)}" for n, v in values.items() if v is not None]
     return config_mod.apply_overrides(cfg, flags + list(args.set))
+
+
+def env_kwargs_arg(raw: str | None) -> dict[str, Any] | None:
+    """``--env-kwargs``: a JSON object, or one line saying what was wrong."""
+    if raw is None:
+        return None
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"--env-kwargs is not valid JSON ({exc.msg}): {raw!r}") from None
+    if not isinstance(value, dict):
+        raise UsageError(f"--env-kwargs takes a JSON object like '{{\"size\": 8}}', got {raw!r}")
+    return value
 
 
 def _yaml_str(raw: str) -> str | None:
@@ -467,6 +491,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         args.report,
         args.histogram,
         loop_options=loop,
+        env_kwargs=env_kwargs_arg(args.env_kwargs),
     )
     lat = report["latency_us"]
     returns = report["episode_returns"]
@@ -496,6 +521,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     if args.episodes <= 0:
         raise UsageError(f"--episodes must be positive, got {args.episodes}")
+    env_kwargs = env_kwargs_arg(args.env_kwargs)
     with load_policy(args.model, args.backend, args.device) as policy:
         result = evaluate_policy(
             policy,
@@ -505,6 +531,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
             deterministic=not args.stochastic,
             render=args.render,
             video_dir=args.video,
+            env_kwargs=env_kwargs,
         )
         described = policy.backend.describe()
     if args.report:

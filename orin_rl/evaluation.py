@@ -89,6 +89,7 @@ def evaluate_policy(
     render: bool = False,
     video_dir: str | Path | None = None,
     env_config: dict[str, Any] | None = None,
+    env_kwargs: dict[str, Any] | None = None,
 ) -> EvalResult:
     """Run ``episodes`` episodes of ``policy`` (an ``orin_rl.Policy``) and return what they gave.
 
@@ -102,11 +103,12 @@ def evaluate_policy(
         render: show the episodes in a window (``render_mode="human"``).
         video_dir: write one MP4 per episode here (gymnasium's ``RecordVideo``; needs moviepy).
         env_config: how to make ``env`` when it is an id (default: the policy's, when ``env``
-            is its own id or None).
+            is its own id or None): ``max_episode_steps``, ``kwargs``, ``wrappers``.
+        env_kwargs: constructor keyword arguments that replace ``env_config``'s.
     """
     if episodes <= 0:
         raise EvalError(f"episodes must be positive, got {episodes}")
-    gym_env, env_id = _environment(policy, env, env_config, render, video_dir)
+    gym_env, env_id = _environment(policy, env, env_config, env_kwargs, render, video_dir)
     try:
         returns, lengths = _episodes(policy, gym_env, episodes, seed, deterministic)
     finally:
@@ -122,7 +124,7 @@ def _video_prefix(env_id: str) -> str:
     return env_id.split(":")[-1].replace("/", "-")
 
 
-def _environment(policy, env, env_config, render: bool, video_dir) -> tuple[Any, str]:
+def _environment(policy, env, env_config, env_kwargs, render: bool, video_dir) -> tuple[Any, str]:
     import gymnasium as gym
 
     if isinstance(env, gym.Env):
@@ -141,7 +143,7 @@ def _environment(policy, env, env_config, render: bool, video_dir) -> tuple[Any,
         render_mode = "rgb_array"
     elif render:
         render_mode = "human"
-    made = make_env(env_id, env_config, render_mode)
+    made = make_env(env_id, env_config, render_mode, env_kwargs)
     if video_dir is not None:
         from gymnasium.wrappers import HumanRendering, RecordVideo
 
@@ -169,7 +171,9 @@ def _episodes(policy, env, episodes: int, seed: int, deterministic: bool):
                 # continuous: clipped to the Box, as the training env steps it
                 action = int(action) if discrete else np.clip(action, space.low, space.high)
                 obs, reward, terminated, truncated, _ = env.step(action)
-                total += float(reward)
+                # As the trainer's evaluation sums them (its VecEnv hands rewards over as
+                # float32): the same seeds give summary.json's figures to the last digit.
+                total += float(np.float32(reward))
                 steps += 1
                 done = bool(terminated or truncated)
             returns.append(total)

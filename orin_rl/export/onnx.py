@@ -76,11 +76,24 @@ class ExportResult:
 
 
 def record_observations(
-    policy: ActorCritic, env_id: str, count: int, seed: int, max_episode_steps: int | None = None
+    policy: ActorCritic,
+    env_id: str,
+    count: int,
+    seed: int,
+    max_episode_steps: int | None = None,
+    env_kwargs: dict[str, Any] | None = None,
+    wrappers: list[Any] | None = None,
 ) -> np.ndarray:
     """Raw observations met by the deterministic policy in its environment (count, *obs_shape)."""
     num_envs = 8
-    env = envs.make(env_id, num_envs, "cpu", max_episode_steps=max_episode_steps)
+    env = envs.make(
+        env_id,
+        num_envs,
+        "cpu",
+        max_episode_steps=max_episode_steps,
+        env_kwargs=env_kwargs,
+        wrappers=wrappers,
+    )
     rows: list[np.ndarray] = []
     try:
         obs = env.reset(seed=seed)
@@ -322,7 +335,13 @@ def export_bundle(
 
     # Observations the policy really meets, plus random ones around and beyond them.
     recorded = record_observations(
-        policy, env_id, parity_observations, seed, env_cfg.get("max_episode_steps")
+        policy,
+        env_id,
+        parity_observations,
+        seed,
+        env_cfg.get("max_episode_steps"),
+        env_cfg.get("kwargs"),
+        env_cfg.get("wrappers"),
     )
     observations = np.concatenate(
         [recorded, random_observations(recorded, parity_observations, seed)]

@@ -150,6 +150,8 @@ class Trainer:
             backend=cfg.env.backend,
             vectorization=cfg.env.vectorization,
             max_episode_steps=cfg.env.max_episode_steps,
+            env_kwargs=cfg.env.kwargs,
+            wrappers=cfg.env.wrappers,
         )
         if cfg.train.algo != "ppo":
             self._make_off_policy()
@@ -466,6 +468,8 @@ class Trainer:
                 "seed": cfg.train.seed + seed_offset,
                 "device": self.device,
                 "max_episode_steps": cfg.env.max_episode_steps,
+                "env_kwargs": cfg.env.kwargs,
+                "wrappers": cfg.env.wrappers,
             }
             if self.num_agents > 1:
                 per_agent = evaluate_agents(*args, **kwargs)
