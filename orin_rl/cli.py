@@ -171,9 +171,20 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
         description="Close the loop: sensor -> infer -> actuate at a fixed rate, with latency "
         "statistics, deadline misses and a safe action. Works without PyTorch.",
     )
-    p.add_argument("--model", required=True, type=Path, help="bundle, engine or run folder")
+    p.add_argument(
+        "--model",
+        required=True,
+        type=Path,
+        help="bundle, engine, run folder, or one .onnx file of a bundle (policy.int8.onnx)",
+    )
     p.add_argument(
         "--backend", default="auto", choices=["auto", "onnxruntime", "tensorrt", "torch"]
+    )
+    p.add_argument(
+        "--precision",
+        choices=["fp32", "fp16", "int8"],
+        help="run the bundle's model of this precision on ONNX Runtime (int8: policy.int8.onnx "
+        "from orin-rl export --int8)",
     )
     p.add_argument("--device", default="cpu", help="cpu or cuda")
     p.add_argument("--env", help="gymnasium id (default: the one the bundle was trained on)")
@@ -210,6 +221,11 @@ def _add_eval(sub: argparse._SubParsersAction) -> None:
         default="auto",
         choices=["auto", "onnxruntime", "tensorrt", "torch"],
         help="inference backend (auto: the lowest p99 of those available)",
+    )
+    p.add_argument(
+        "--precision",
+        choices=["fp32", "fp16", "int8"],
+        help="evaluate the bundle's model of this precision on ONNX Runtime (int8: Q/DQ)",
     )
     p.add_argument("--device", default="cpu", help="inference device: cpu or cuda")
     p.add_argument(
@@ -492,15 +508,17 @@ def cmd_run(args: argparse.Namespace) -> int:
         args.histogram,
         loop_options=loop,
         env_kwargs=env_kwargs_arg(args.env_kwargs),
+        precision=args.precision,
     )
     lat = report["latency_us"]
     returns = report["episode_returns"]
     mean_return = (
         f"{np.mean(returns):.1f} over {len(returns)} episodes" if returns else "no episode ended"
     )
-    print(
-        f"backend      {report['backend']} ({report.get('provider') or report.get('mode') or ''})"
-    )
+    where = report.get("provider") or report.get("mode") or ""
+    if report.get("precision"):
+        where += f", {report['precision']}"
+    print(f"backend      {report['backend']} ({where})")
     print(f"iterations   {report['iterations']} at {args.rate:g} Hz")
     print(
         f"latency µs   p50 {lat['p50']:.1f}  p99 {lat['p99']:.1f}  "
@@ -522,7 +540,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if args.episodes <= 0:
         raise UsageError(f"--episodes must be positive, got {args.episodes}")
     env_kwargs = env_kwargs_arg(args.env_kwargs)
-    with load_policy(args.model, args.backend, args.device) as policy:
+    with load_policy(args.model, args.backend, args.device, precision=args.precision) as policy:
         result = evaluate_policy(
             policy,
             args.env,
@@ -539,6 +557,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     r, n = np.asarray(result.returns), np.asarray(result.lengths)
     mode = "sampled" if args.stochastic else "deterministic"
     extra = described.get("provider") or described.get("mode") or described.get("device") or ""
+    if described.get("precision"):
+        extra += f", {described['precision']}"
     print(f"environment  {result.env_id}")
     print(f"backend      {described['backend']}" + (f" ({extra})" if extra else ""))
     print(f"episodes     {result.episodes}, seeds {args.seed}..{args.seed + result.episodes - 1}, "

@@ -30,7 +30,13 @@ def _locate(model: str | Path) -> dict[str, Path]:
     if path.suffix in ENGINE_SUFFIXES:
         found["engine"] = path
         return found
-    folder = path.parent if path.name == "policy.json" else path
+    if path.suffix == ".onnx":  # one model of a bundle, e.g. its policy.int8.onnx
+        if not (path.parent / "policy.json").is_file():
+            raise bundle.BundleError(
+                f"{model}: an ONNX file runs from its bundle folder (policy.json beside it)"
+            )
+        found["onnx"] = path
+    folder = path.parent if path.name == "policy.json" or path.suffix == ".onnx" else path
     if (folder / "policy.json").is_file():
         found["bundle"] = folder
     elif (folder / "bundle" / "policy.json").is_file():
@@ -57,7 +63,10 @@ def _make(kind: str, found: dict[str, Path], device: str, safe_action, **options
             raise RuntimeBackendError("onnxruntime needs a bundle: orin-rl export RUN_DIR first")
         from orin_rl.runtime.onnxruntime_backend import OnnxRuntimeBackend
 
-        info, onnx_path = bundle.load_bundle(found["bundle"])
+        onnx = found.get("onnx")
+        info, onnx_path = bundle.load_bundle(
+            found["bundle"], precision=options.get("precision"), onnx_file=onnx and onnx.name
+        )
         return OnnxRuntimeBackend(
             onnx_path, info, device, options.get("threads", 1), safe_action=safe_action
         )
@@ -104,11 +113,20 @@ def load(
 ) -> Backend:
     """A backend for ``model`` (engine file, bundle folder or run folder), not yet active.
 
+    ``precision="int8"`` (or ``fp16``/``fp32``), or ``model`` naming one ``.onnx`` file of a
+    bundle, runs that model of the bundle on ONNX Runtime.
+
     ``backend="auto"`` activates every backend the artefacts and this machine allow, times a
     few hundred calls of each and keeps the one with the lowest p99 (logged): for a small MLP a
     CPU path often beats a GPU round trip.
     """
     found = _locate(model)
+    if "onnx" in found or options.get("precision"):  # one ONNX model of a bundle
+        if backend not in ("auto", "onnxruntime"):
+            raise RuntimeBackendError(
+                f"an ONNX file or a precision picks a bundle model for onnxruntime, not {backend}"
+            )
+        backend = "onnxruntime"
     if backend != "auto":
         return _make(backend, found, device, safe_action, **options)
     candidates = []

@@ -53,6 +53,7 @@ class OnnxRuntimeBackend(Backend):
     ):
         super().__init__(info.inputs[0], info.outputs, safe_action)
         self.onnx_path = Path(onnx_path)
+        self.precision = info.precision
         self.device = device
         self.threads = threads
         self.requested = providers
@@ -116,4 +117,9 @@ class OnnxRuntimeBackend(Backend):
         self._binding = None
 
     def describe(self) -> dict[str, Any]:
-        return {"backend": self.name, "provider": self.provider, "threads": self.threads}
+        return {
+            "backend": self.name,
+            "provider": self.provider,
+            "threads": self.threads,
+            "precision": self.precision,
+        }

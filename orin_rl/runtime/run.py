@@ -65,15 +65,17 @@ def run_policy(
     seed: int = 0,
     loop_options: dict[str, Any] | None = None,
     env_kwargs: dict[str, Any] | None = None,
+    precision: str | None = None,
 ) -> dict[str, Any]:
     """Run ``steps`` loop iterations; return (and optionally write) the report.
 
     The env is made as in training (the bundle's time limit, kwargs and wrappers) when it is
     the policy's own; ``env_kwargs`` replace the constructor's keyword arguments.
+    ``precision`` (``int8``, ``fp16``) runs that model of the bundle on ONNX Runtime.
     """
     from orin_rl import bundle as bundle_mod
 
-    runner = load(model, backend, device)
+    runner = load(model, backend, device, precision=precision)
     trained_on, env_config = _env_of(model, bundle_mod)
     env_id = env_id or trained_on
     if env_id is None:
