@@ -6,6 +6,7 @@ import argparse
 import json
 import logging
 import os
+import shlex
 import sys
 from datetime import datetime
 from pathlib import Path
@@ -20,6 +21,20 @@ from orin_rl.config import Config, ConfigError
 from orin_rl.errors import OrinError
 
 log = logging.getLogger("orin_rl")
+
+DESCRIPTION = """\
+Reinforcement learning on the robot's own computer: train a policy, export it as a
+checked ONNX bundle, build a TensorRT engine, evaluate it, and run it in a real-time
+control loop."""
+EPILOG = """\
+a first session:
+  orin-rl doctor                                what this machine can use
+  orin-rl train --env CartPole-v1 --out runs/mine
+  orin-rl export runs/mine                      runs/mine/bundle
+  orin-rl eval runs/mine/bundle --episodes 20
+  orin-rl run --model runs/mine/bundle --rate 1000 --steps 10000
+
+'orin-rl COMMAND --help' describes a command and its options."""
 
 # Flag → config key for the common fields; everything else goes through --set.
 TRAIN_FLAGS = {
@@ -53,7 +68,10 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "train",
         help="train a policy (PPO, SAC or DQN) into a run folder",
-        description="Train PPO. Precedence: defaults < env preset < --config < flags < --set.",
+        description="Train a PPO, SAC or DQN policy on a gymnasium or GPU-native environment "
+        "into a run folder (config.yaml, checkpoint.pt, metrics, curve.png, summary.json). "
+        "Settings: defaults < the environment's preset < --config < flags < --set. Ctrl-C "
+        "stops with a checkpoint; --resume DIR continues.",
     )
     p.add_argument(
         "--env",
@@ -153,13 +171,28 @@ def _add_build(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("source", type=Path, help="bundle folder, policy.json or an .onnx file")
     p.add_argument("--recipe", type=Path, help="engines/NAME.yaml (flags override it)")
-    p.add_argument("--precision", choices=["fp32", "fp16", "int8"])
+    p.add_argument(
+        "--precision",
+        choices=["fp32", "fp16", "int8"],
+        help="engine precision (int8: calibrated on the bundle's observations, or its Q/DQ "
+        "model on TensorRT 11)",
+    )
     p.add_argument("--dla", type=int, metavar="CORE", help="build for DLA core CORE")
-    p.add_argument("--gpu-fallback", action="store_true", default=None)
+    p.add_argument(
+        "--gpu-fallback",
+        action="store_true",
+        default=None,
+        help="with --dla: layers the DLA cannot run go to the GPU (else the build fails)",
+    )
     p.add_argument("--batch", metavar="MIN,OPT,MAX", help="optimisation profile, e.g. 1,1,1")
     p.add_argument("--workspace", type=int, metavar="MB", help="builder workspace (MiB)")
     p.add_argument("--timing-cache", metavar="FILE", help="timing cache to reuse and update")
-    p.add_argument("--version-compatible", action="store_true", default=None)
+    p.add_argument(
+        "--version-compatible",
+        action="store_true",
+        default=None,
+        help="an engine later TensorRT releases of the same major version can load",
+    )
     p.add_argument("--calib", metavar="RUN_DIR|BUNDLE|NPZ", help="int8 calibration data")
     p.add_argument("--out", type=Path, help="engine file (default engines/NAME-PRECISION.engine)")
 
@@ -178,7 +211,11 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
         help="bundle, engine, run folder, or one .onnx file of a bundle (policy.int8.onnx)",
     )
     p.add_argument(
-        "--backend", default="auto", choices=["auto", "onnxruntime", "tensorrt", "torch"]
+        "--backend",
+        default="auto",
+        choices=["auto", "onnxruntime", "tensorrt", "torch"],
+        help="inference backend (auto: times those the model and machine allow, keeps the "
+        "lowest p99)",
     )
     p.add_argument(
         "--precision",
@@ -209,11 +246,16 @@ def _add_eval(sub: argparse._SubParsersAction) -> None:
         description="Run N episodes of a run folder, bundle or engine on gymnasium's own "
         "environment (also for policies trained on GPU physics), episode i from seed S + i as "
         "the trainer's evaluation does; print return mean/std/min/max and episode lengths. "
-        "summary.json's final evaluation used seeds from train.seed + 2**30.",
+        "summary.json's final evaluation used seeds from train.seed + 2**30 (--seed "
+        "1073741825 for the default train.seed 1).",
     )
     p.add_argument("model", type=Path, help="run folder, bundle folder or engine file")
-    p.add_argument("--episodes", type=int, default=10, help="episodes to run (default 10)")
-    p.add_argument("--seed", type=int, default=0, help="episode i starts from seed S + i")
+    p.add_argument(
+        "--episodes", type=int, default=10, metavar="N", help="episodes to run (default 10)"
+    )
+    p.add_argument(
+        "--seed", type=int, default=0, metavar="S", help="episode i starts from seed S + i"
+    )
     p.add_argument("--env", help="gymnasium id (default: the one the policy was trained on)")
     p.add_argument("--env-kwargs", metavar="JSON", help=ENV_KWARGS_HELP + "; default: training's")
     p.add_argument(
@@ -241,26 +283,59 @@ def _add_eval(sub: argparse._SubParsersAction) -> None:
 
 
 def _add_bench(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("bench", help="compare the inference backends on one model")
+    p = sub.add_parser(
+        "bench",
+        help="compare the inference backends on one model",
+        description="Time infer() of each backend on one model in one process, per batch "
+        "size: mean / p50 / p99 latency, throughput and memory; writes JSON, a Markdown table "
+        "and a bar chart.",
+    )
     p.add_argument("--model", required=True, help="bundle, engine, run folder, or cnn-seed")
-    p.add_argument("--backends", default="onnxruntime,torch", help="comma list")
-    p.add_argument("--device", default="cpu")
+    p.add_argument(
+        "--backends",
+        default="onnxruntime,torch",
+        help="comma list of backends to time: onnxruntime, torch, tensorrt (default: "
+        "onnxruntime,torch)",
+    )
+    p.add_argument("--device", default="cpu", help="where the backends run: cpu or cuda")
     p.add_argument("--batch", default="1,128", help="comma list of batch sizes")
-    p.add_argument("--iters", type=int, default=1000)
+    p.add_argument(
+        "--iters",
+        type=int,
+        default=1000,
+        help="timed calls per backend and batch size, after a warm-up (default 1000)",
+    )
     p.add_argument("--threads", type=int, default=1, help="CPU threads for ONNX Runtime / torch")
     p.add_argument("--out", type=Path, default=Path("bench/infer"), help="output prefix")
 
 
 def _add_doctor(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("doctor", help="what this machine offers, with next steps")
+    p = sub.add_parser(
+        "doctor",
+        help="what this machine offers, with next steps",
+        description="Check this machine for what orin_rl can use (CPU, GPU, CUDA, torch, "
+        "ONNX Runtime, TensorRT, Jetson board and power mode) and say what to install next.",
+    )
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--selftest", action="store_true", help="build and run tiny TensorRT engines")
 
 
 def _add_demo(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("demo", help="train -> export -> run on CartPole-v1, one summary table")
-    p.add_argument("--out", type=Path, default=Path("runs/demo-cartpole"))
-    p.add_argument("--device", default="cpu", choices=["auto", "cpu", "cuda"])
+    p = sub.add_parser(
+        "demo",
+        help="train -> export -> run on CartPole-v1, one summary table",
+        description="The whole chain on CartPole-v1 with its preset: train until solved, "
+        "export the bundle, run it in the control loop; one summary table.",
+    )
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=Path("runs/demo-cartpole"),
+        help="run folder (default runs/demo-cartpole)",
+    )
+    p.add_argument(
+        "--device", default="cpu", choices=["auto", "cpu", "cuda"], help="learner device"
+    )
     p.add_argument("--rate", type=float, default=500.0, help="control-loop rate for the run step")
     p.add_argument("--steps", type=int, default=2000, help="control-loop iterations")
     p.add_argument("--overwrite", action="store_true", help="replace an existing demo folder")
@@ -268,11 +343,16 @@ def _add_demo(sub: argparse._SubParsersAction) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``orin-rl`` argument parser."""
-    parser = argparse.ArgumentParser(prog="orin-rl", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="orin-rl",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--version", action="version", version=f"orin-rl {__version__}")
     parser.add_argument("--debug", action="store_true", help="full tracebacks on errors")
     parser.add_argument("-q", "--quiet", action="store_true", help="warnings and errors only")
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, title="commands", metavar="COMMAND")
     _add_train(sub)
     _add_export(sub)
     _add_build(sub)
@@ -346,8 +426,10 @@ def cmd_train(args: argparse.Namespace) -> int:
             raise UsageError(
                 "--resume continues the run with its saved config.yaml; drop the other options"
             )
+        print(f"run folder: {args.resume} (resumed)", flush=True)
+        args.run_folder = args.resume
         summary = train(Config(), args.resume, resume=True, progress=not args.no_progress)
-        return _report(summary)
+        return _report(summary, args.resume)
     cfg = train_config(args)
     if args.print_config:
         print(yaml.safe_dump(config_mod.to_dict(cfg), sort_keys=False), end="")
@@ -360,11 +442,12 @@ def cmd_train(args: argparse.Namespace) -> int:
 
         resolve_device(cfg.train.device)  # a device that is not there: one line, before launching
         return _launch_torchrun(args, out)
+    args.run_folder = out
     summary = train(cfg, out, overwrite=args.overwrite, progress=not args.no_progress)
     if not summary:  # a rank other than 0 of a distributed run: rank 0 reports
         return 0
     print(f"run folder: {out}")
-    return _report(summary)
+    return _report(summary, out)
 
 
 def _launch_torchrun(args: argparse.Namespace, out: Path) -> int:
@@ -389,7 +472,11 @@ def _launch_torchrun(args: argparse.Namespace, out: Path) -> int:
     return subprocess.run(cmd, env=env, check=False).returncode  # nosec B603
 
 
-def _report(summary: dict[str, Any]) -> int:
+def _resume_command(run_dir: Path) -> str:
+    return f"orin-rl train --resume {shlex.quote(str(run_dir))}"
+
+
+def _report(summary: dict[str, Any], run_dir: Path) -> int:
     mean, std = summary["eval_return_mean"], summary["eval_return_std"]
     rows = [
         ("environment", summary["env_id"]),
@@ -419,6 +506,8 @@ def _report(summary: dict[str, Any]) -> int:
     for key, value in rows:
         print(f"{key:<{width}}  {value}")
     if summary["interrupted"]:
+        print(f"stopped by {summary['stop_reason']} with a checkpoint; continue with:")
+        print(f"  {_resume_command(run_dir)}")
         return 128 + (15 if summary["stop_reason"] == "SIGTERM" else 2)
     return 0
 
@@ -721,7 +810,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:  # Ctrl-C outside training (which handles its own signals)
         if args.debug:
             raise
-        print(f"orin-rl {args.command}: interrupted", file=sys.stderr)
+        run = getattr(args, "run_folder", None)
+        resume = ""
+        if run is not None and (Path(run) / "checkpoint.pt").is_file():  # a second Ctrl-C
+            resume = f"; the last checkpoint continues with: {_resume_command(run)}"
+        print(f"orin-rl {args.command}: interrupted{resume}", file=sys.stderr)
         return 130
 
 
