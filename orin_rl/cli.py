@@ -138,7 +138,12 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
         "the CPU), launched through torchrun",
     )
     p.add_argument("--overwrite", action="store_true", help="replace an existing run folder")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="no progress bar (where the output is not a terminal, training logs plain "
+        "progress lines instead of a bar; -q hides both)",
+    )
     p.add_argument("--print-config", action="store_true", help="print the config and exit")
     p.add_argument(
         "--no-preset",
@@ -428,7 +433,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             )
         print(f"run folder: {args.resume} (resumed)", flush=True)
         args.run_folder = args.resume
-        summary = train(Config(), args.resume, resume=True, progress=not args.no_progress)
+        summary = train(Config(), args.resume, resume=True, progress=_progress(args))
         return _report(summary, args.resume)
     cfg = train_config(args)
     if args.print_config:
@@ -443,11 +448,20 @@ def cmd_train(args: argparse.Namespace) -> int:
         resolve_device(cfg.train.device)  # a device that is not there: one line, before launching
         return _launch_torchrun(args, out)
     args.run_folder = out
-    summary = train(cfg, out, overwrite=args.overwrite, progress=not args.no_progress)
+    summary = train(cfg, out, overwrite=args.overwrite, progress=_progress(args))
     if not summary:  # a rank other than 0 of a distributed run: rank 0 reports
         return 0
     print(f"run folder: {out}")
     return _report(summary, out)
+
+
+def _progress(args: argparse.Namespace) -> bool | str:
+    """A tqdm bar on a terminal; plain log lines where output goes to a file or a pipe (no
+    carriage returns in logs); nothing with --no-progress or -q."""
+    if args.no_progress or args.quiet:
+        return False
+    tty = sys.stdout.isatty() and sys.stderr.isatty()
+    return "bar" if tty else "lines"
 
 
 def _launch_torchrun(args: argparse.Namespace, out: Path) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import shlex
 import signal
 import subprocess
@@ -189,3 +190,61 @@ def test_a_second_ctrl_c_still_names_the_resume_command(tmp_path, monkeypatch, c
         f"orin-rl train: interrupted; the last checkpoint continues with: "
         f"orin-rl train --resume {run}"
     )
+
+
+SHORT_TRAIN = [sys.executable, "-m", "orin_rl.cli", "train", "--env", "CartPole-v1",
+               "--total-steps", "1024", "--set", "train.tensorboard=false",
+               "--set", "train.eval_episodes=1"]  # fmt: skip
+
+
+class TestProgress:
+    def test_plain_lines_where_output_is_not_a_terminal(self, tmp_path):
+        """Piped to a file or CI: log lines, no tqdm carriage returns."""
+        proc = subprocess.run(
+            [*SHORT_TRAIN, "--out", str(tmp_path / "r")],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert proc.returncode == 0, proc.stderr
+        assert "\r" not in proc.stdout + proc.stderr
+        steps = re.findall(
+            r"CartPole-v1: step ([\d,]+) / 1,024 \((\d+)%\), [\d,]+ steps/s", proc.stderr
+        )
+        assert steps[0] == ("256", "25") and steps[-1] == ("1,024", "100")  # first and last
+
+    def test_a_bar_on_a_terminal(self, tmp_path):
+        out = _on_terminal([*SHORT_TRAIN, "--out", str(tmp_path / "r")])
+        assert re.search(r"CartPole-v1: +\d+%\|", out), out[-2000:]  # tqdm's bar
+        assert "step 1,024 / 1,024" not in out
+
+    def test_quiet_shows_neither(self, tmp_path):
+        out = _on_terminal([*SHORT_TRAIN[:3], "-q", *SHORT_TRAIN[3:], "--out", str(tmp_path / "r")])
+        assert "eval return" in out  # the summary table still comes
+        assert "%|" not in out and "step 1,024" not in out
+
+
+def _on_terminal(argv: list[str]) -> str:
+    """Run ``argv`` with stdout and stderr on a pseudo-terminal 120 columns wide; its output."""
+    import fcntl
+    import os
+    import pty
+    import struct
+    import termios
+
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 120, 0, 0))
+    proc = subprocess.Popen(argv, stdout=slave, stderr=slave)
+    os.close(slave)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(master, 4096)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(master)
+    assert proc.wait(timeout=300) == 0
+    return b"".join(chunks).decode(errors="replace")
