@@ -44,7 +44,9 @@ def _open(run, source: str):
 
         engine = run / "policy-fp32.engine"
         if not engine.exists():
-            build_engine(run / "bundle", engine, load_recipe(None, precision="fp32"))
+            # a profile for one observation and for the tests' batches of up to 32
+            recipe = load_recipe(None, precision="fp32", batch=[1, 32, 64])
+            build_engine(run / "bundle", engine, recipe)
         return orin_rl.load_policy(engine)
     return orin_rl.load_policy(run, backend=source.split("/")[1])
 
