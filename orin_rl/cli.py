@@ -486,8 +486,9 @@ def _launch_torchrun(args: argparse.Namespace, out: Path) -> int:
     return subprocess.run(cmd, env=env, check=False).returncode  # nosec B603
 
 
-def _resume_command(run_dir: Path) -> str:
-    return f"orin-rl train --resume {shlex.quote(str(run_dir))}"
+def _resume_command(run_dir: Path, world_size: int = 1) -> str:
+    nproc = f" --nproc {world_size}" if world_size > 1 else ""  # a resume needs the same N
+    return f"orin-rl train --resume {shlex.quote(str(run_dir))}{nproc}"
 
 
 def _report(summary: dict[str, Any], run_dir: Path) -> int:
@@ -521,7 +522,7 @@ def _report(summary: dict[str, Any], run_dir: Path) -> int:
         print(f"{key:<{width}}  {value}")
     if summary["interrupted"]:
         print(f"stopped by {summary['stop_reason']} with a checkpoint; continue with:")
-        print(f"  {_resume_command(run_dir)}")
+        print(f"  {_resume_command(run_dir, summary.get('world_size') or 1)}")
         return 128 + (15 if summary["stop_reason"] == "SIGTERM" else 2)
     return 0
 
