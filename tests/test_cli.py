@@ -248,3 +248,10 @@ def _on_terminal(argv: list[str]) -> str:
     os.close(master)
     assert proc.wait(timeout=300) == 0
     return b"".join(chunks).decode(errors="replace")
+
+
+def test_resume_command_of_a_multi_process_run_keeps_nproc():
+    from pathlib import Path
+
+    assert cli._resume_command(Path("runs/a b"), 2) == "orin-rl train --resume 'runs/a b' --nproc 2"
+    assert cli._resume_command(Path("runs/x"), 1) == "orin-rl train --resume runs/x"
