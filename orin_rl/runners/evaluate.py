@@ -91,7 +91,7 @@ def evaluate_agents(
     from orin_rl.envs.gpu import REGISTRY, make_gpu
 
     k = policy.num_agents
-    if env_id not in REGISTRY:
+    if env_id not in REGISTRY or env_kwargs or wrappers:  # those make gymnasium envs
         return [
             evaluate(
                 policy.agent(i),

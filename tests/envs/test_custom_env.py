@@ -139,3 +139,14 @@ def test_custom_module_is_found_in_the_current_folder(in_examples, monkeypatch):
     monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(EXAMPLES))])
     assert import_module("goal_seek", ENV_ID).__file__ == str(EXAMPLES / "goal_seek.py")
     assert sys.path[-1] == str(EXAMPLES)
+
+
+def test_several_agents_evaluate_with_the_wrappers(tmp_path):
+    """--num-agents evaluates CartPole on its GPU-native batch, which has no wrappers: with
+    wrappers set, each agent is evaluated on the wrapped gymnasium envs instead."""
+    argv = ["-q", "train", "--env", "CartPole-v1", "--num-agents", "2", "--no-preset",
+            "--set", 'env.wrappers=["gymnasium.wrappers:TimeAwareObservation"]', *SHORT,
+            "--out", str(tmp_path / "run")]  # fmt: skip
+    assert cli.main(argv) == 0
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert len(summary["agents"]) == 2 and summary["eval_episodes"] == 8
