@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +62,10 @@ class BundleInfo:
     """Details of the parity check (tolerance, observation counts, action agreement)."""
     env_id: str | None = None
     """Environment the policy was trained on."""
+    env_config: dict[str, Any] = field(default_factory=dict)
+    """How that environment was made in training: ``max_episode_steps``, ``kwargs`` (keyword
+    arguments of ``gymnasium.make``) and ``wrappers`` (config ``env.wrappers``), where set;
+    ``orin-rl eval`` / ``run`` make it the same way."""
     variants: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Other precisions of the same policy, e.g. ``{"int8-qdq": {"onnx_file", "onnx_sha256",
     "parity"}}``: the explicit-quantization model for TensorRT 10.1+/11."""
@@ -121,16 +125,56 @@ def inside(folder: Path, name: str) -> Path:
     return candidate
 
 
-def load_bundle(path: str | Path, verify_hash: bool = True) -> tuple[BundleInfo, Path]:
+PRECISIONS = {"fp32": "fp32", "fp16": "fp16", "int8": "int8-qdq", "int8-qdq": "int8-qdq"}
+"""``--precision`` names → the bundle's precision / variant names."""
+
+
+def select_model(
+    info: BundleInfo, precision: str | None = None, onnx_file: str | None = None
+) -> BundleInfo:
+    """The description of the bundle's model in ``precision`` (``fp32``, ``fp16``, ``int8``) or
+    file ``onnx_file`` (e.g. ``policy.int8.onnx``): the main model or one of its variants."""
+    models = {info.precision: (info.onnx_file, info.onnx_sha256)}
+    for name, variant in info.variants.items():
+        models[name] = (variant["onnx_file"], variant["onnx_sha256"])
+    if onnx_file is not None:
+        chosen = next((k for k, (f, _) in models.items() if f == onnx_file), None)
+        if chosen is None:
+            raise BundleError(
+                f"{onnx_file} is not a model of this bundle (policy.json lists "
+                f"{', '.join(f for f, _ in models.values())})"
+            )
+    elif precision is None:
+        return info
+    else:
+        chosen = PRECISIONS.get(precision)
+        if chosen not in models:
+            how = "--int8" if chosen == "int8-qdq" else f"--{precision} --out ANOTHER_DIR"
+            raise BundleError(
+                f"this bundle has no {precision} model (it has {', '.join(models)}): "
+                f"orin-rl export RUN_DIR {how}"
+            )
+    name, sha = models[chosen]
+    return replace(info, onnx_file=name, onnx_sha256=sha, precision=chosen)
+
+
+def load_bundle(
+    path: str | Path,
+    verify_hash: bool = True,
+    precision: str | None = None,
+    onnx_file: str | None = None,
+) -> tuple[BundleInfo, Path]:
     """Read a bundle folder (or its policy.json); return the description and the ONNX path.
 
-    The ONNX file must sit inside the bundle folder and match the recorded sha256.
+    ``precision`` or ``onnx_file`` pick another of its models (``select_model``). The ONNX
+    file must sit inside the bundle folder and match the recorded sha256.
     """
     path = Path(path)
     folder = path if path.is_dir() else path.parent
     info = BundleInfo.from_dict(
         read_json(folder / "policy.json", "bundle description"), str(folder)
     )
+    info = select_model(info, precision, onnx_file)
     onnx_path = inside(folder, info.onnx_file)
     if not onnx_path.is_file():
         raise BundleError(f"{onnx_path}: the bundle's ONNX file is missing; export it again")

@@ -6,6 +6,7 @@ import argparse
 import json
 import logging
 import os
+import shlex
 import sys
 from datetime import datetime
 from pathlib import Path
@@ -20,6 +21,20 @@ from orin_rl.config import Config, ConfigError
 from orin_rl.errors import OrinError
 
 log = logging.getLogger("orin_rl")
+
+DESCRIPTION = """\
+Reinforcement learning on the robot's own computer: train a policy, export it as a
+checked ONNX bundle, build a TensorRT engine, evaluate it, and run it in a real-time
+control loop."""
+EPILOG = """\
+a first session:
+  orin-rl doctor                                what this machine can use
+  orin-rl train --env CartPole-v1 --out runs/mine
+  orin-rl export runs/mine                      runs/mine/bundle
+  orin-rl eval runs/mine/bundle --episodes 20
+  orin-rl run --model runs/mine/bundle --rate 1000 --steps 10000
+
+'orin-rl COMMAND --help' describes a command and its options."""
 
 # Flag → config key for the common fields; everything else goes through --set.
 TRAIN_FLAGS = {
@@ -41,7 +56,12 @@ TRAIN_FLAGS = {
     "control_rate": "online.control_rate_hz",
     "utd": "online.update_to_data",
     "plant": "online.plant",
+    "env_kwargs": "env.kwargs",
 }
+ENV_KWARGS_HELP = (
+    "JSON object of keyword arguments for the environment's constructor, e.g. "
+    """'{"size": 8}' (config env.kwargs)"""
+)
 
 
 class UsageError(OrinError, ValueError):
@@ -52,9 +72,17 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "train",
         help="train a policy (PPO, SAC or DQN) into a run folder",
-        description="Train PPO. Precedence: defaults < env preset < --config < flags < --set.",
+        description="Train a PPO, SAC or DQN policy on a gymnasium or GPU-native environment "
+        "into a run folder (config.yaml, checkpoint.pt, metrics, curve.png, summary.json). "
+        "Settings: defaults < the environment's preset < --config < flags < --set. Ctrl-C "
+        "stops with a checkpoint; --resume DIR continues.",
     )
-    p.add_argument("--env", help="gymnasium id, e.g. CartPole-v1 (default: CartPole-v1)")
+    p.add_argument(
+        "--env",
+        help="gymnasium id, e.g. CartPole-v1 (default), or module:EnvId for your own "
+        "(module registers EnvId with gymnasium.register; docs/custom_env.md)",
+    )
+    p.add_argument("--env-kwargs", metavar="JSON", help=ENV_KWARGS_HELP)
     p.add_argument(
         "--algo",
         choices=["ppo", "sac", "dqn"],
@@ -135,7 +163,12 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
         "the CPU), launched through torchrun",
     )
     p.add_argument("--overwrite", action="store_true", help="replace an existing run folder")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="no progress bar (where the output is not a terminal, training logs plain "
+        "progress lines instead of a bar; -q hides both)",
+    )
     p.add_argument("--print-config", action="store_true", help="print the config and exit")
     p.add_argument(
         "--no-preset",
@@ -168,13 +201,28 @@ def _add_build(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("source", type=Path, help="bundle folder, policy.json or an .onnx file")
     p.add_argument("--recipe", type=Path, help="engines/NAME.yaml (flags override it)")
-    p.add_argument("--precision", choices=["fp32", "fp16", "int8"])
+    p.add_argument(
+        "--precision",
+        choices=["fp32", "fp16", "int8"],
+        help="engine precision (int8: calibrated on the bundle's observations, or its Q/DQ "
+        "model on TensorRT 11)",
+    )
     p.add_argument("--dla", type=int, metavar="CORE", help="build for DLA core CORE")
-    p.add_argument("--gpu-fallback", action="store_true", default=None)
+    p.add_argument(
+        "--gpu-fallback",
+        action="store_true",
+        default=None,
+        help="with --dla: layers the DLA cannot run go to the GPU (else the build fails)",
+    )
     p.add_argument("--batch", metavar="MIN,OPT,MAX", help="optimisation profile, e.g. 1,1,1")
     p.add_argument("--workspace", type=int, metavar="MB", help="builder workspace (MiB)")
     p.add_argument("--timing-cache", metavar="FILE", help="timing cache to reuse and update")
-    p.add_argument("--version-compatible", action="store_true", default=None)
+    p.add_argument(
+        "--version-compatible",
+        action="store_true",
+        default=None,
+        help="an engine later TensorRT releases of the same major version can load",
+    )
     p.add_argument("--calib", metavar="RUN_DIR|BUNDLE|NPZ", help="int8 calibration data")
     p.add_argument("--out", type=Path, help="engine file (default engines/NAME-PRECISION.engine)")
 
@@ -186,12 +234,28 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
         description="Close the loop: sensor -> infer -> actuate at a fixed rate, with latency "
         "statistics, deadline misses and a safe action. Works without PyTorch.",
     )
-    p.add_argument("--model", required=True, type=Path, help="bundle, engine or run folder")
     p.add_argument(
-        "--backend", default="auto", choices=["auto", "onnxruntime", "tensorrt", "torch"]
+        "--model",
+        required=True,
+        type=Path,
+        help="bundle, engine, run folder, or one .onnx file of a bundle (policy.int8.onnx)",
+    )
+    p.add_argument(
+        "--backend",
+        default="auto",
+        choices=["auto", "onnxruntime", "tensorrt", "torch"],
+        help="inference backend (auto: times those the model and machine allow, keeps the "
+        "lowest p99)",
+    )
+    p.add_argument(
+        "--precision",
+        choices=["fp32", "fp16", "int8"],
+        help="run the bundle's model of this precision on ONNX Runtime (int8: policy.int8.onnx "
+        "from orin-rl export --int8)",
     )
     p.add_argument("--device", default="cpu", help="cpu or cuda")
     p.add_argument("--env", help="gymnasium id (default: the one the bundle was trained on)")
+    p.add_argument("--env-kwargs", metavar="JSON", help=ENV_KWARGS_HELP + "; default: training's")
     p.add_argument(
         "--rate", type=float, default=100.0, help="loop rate in Hz (0: as fast as possible)"
     )
@@ -246,28 +310,104 @@ def _backend_options(args: argparse.Namespace, batch: int) -> dict[str, Any]:
     return options
 
 
+def _add_eval(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "eval",
+        help="evaluate a policy for N seeded episodes: return and length statistics",
+        description="Run N episodes of a run folder, bundle or engine on gymnasium's own "
+        "environment (also for policies trained on GPU physics), episode i from seed S + i as "
+        "the trainer's evaluation does; print return mean/std/min/max and episode lengths. "
+        "summary.json's final evaluation used seeds from train.seed + 2**30 (--seed "
+        "1073741825 for the default train.seed 1).",
+    )
+    p.add_argument("model", type=Path, help="run folder, bundle folder or engine file")
+    p.add_argument(
+        "--episodes", type=int, default=10, metavar="N", help="episodes to run (default 10)"
+    )
+    p.add_argument(
+        "--seed", type=int, default=0, metavar="S", help="episode i starts from seed S + i"
+    )
+    p.add_argument("--env", help="gymnasium id (default: the one the policy was trained on)")
+    p.add_argument("--env-kwargs", metavar="JSON", help=ENV_KWARGS_HELP + "; default: training's")
+    p.add_argument(
+        "--backend",
+        default="auto",
+        choices=["auto", "onnxruntime", "tensorrt", "torch"],
+        help="inference backend (auto: the lowest p99 of those available)",
+    )
+    p.add_argument(
+        "--precision",
+        choices=["fp32", "fp16", "int8"],
+        help="evaluate the bundle's model of this precision on ONNX Runtime (int8: Q/DQ)",
+    )
+    p.add_argument("--device", default="cpu", help="inference device: cpu or cuda")
+    p.add_argument(
+        "--stochastic",
+        action="store_true",
+        help="sample actions from the policy's distribution (run folders: needs checkpoint.pt)",
+    )
+    p.add_argument("--render", action="store_true", help="show the episodes in a window")
+    p.add_argument(
+        "--video", type=Path, metavar="DIR", help="write one MP4 per episode into DIR (moviepy)"
+    )
+    p.add_argument("--report", type=Path, metavar="FILE", help="write the results as JSON here")
+
+
 def _add_bench(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("bench", help="compare the inference backends on one model")
+    p = sub.add_parser(
+        "bench",
+        help="compare the inference backends on one model",
+        description="Time infer() of each backend on one model in one process, per batch "
+        "size: mean / p50 / p99 latency, throughput and memory; writes JSON, a Markdown table "
+        "and a bar chart.",
+    )
     p.add_argument("--model", required=True, help="bundle, engine, run folder, or cnn-seed")
-    p.add_argument("--backends", default="onnxruntime,torch", help="comma list")
-    p.add_argument("--device", default="cpu")
+    p.add_argument(
+        "--backends",
+        default="onnxruntime,torch",
+        help="comma list of backends to time: onnxruntime, torch, tensorrt (default: "
+        "onnxruntime,torch)",
+    )
+    p.add_argument("--device", default="cpu", help="where the backends run: cpu or cuda")
     p.add_argument("--batch", default="1,128", help="comma list of batch sizes")
-    p.add_argument("--iters", type=int, default=1000)
+    p.add_argument(
+        "--iters",
+        type=int,
+        default=1000,
+        help="timed calls per backend and batch size, after a warm-up (default 1000)",
+    )
     p.add_argument("--threads", type=int, default=1, help="CPU threads for ONNX Runtime / torch")
     p.add_argument("--out", type=Path, default=Path("bench/infer"), help="output prefix")
     _add_backend_options(p)
 
 
 def _add_doctor(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("doctor", help="what this machine offers, with next steps")
+    p = sub.add_parser(
+        "doctor",
+        help="what this machine offers, with next steps",
+        description="Check this machine for what orin_rl can use (CPU, GPU, CUDA, torch, "
+        "ONNX Runtime, TensorRT, Jetson board and power mode) and say what to install next.",
+    )
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--selftest", action="store_true", help="build and run tiny TensorRT engines")
 
 
 def _add_demo(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("demo", help="train -> export -> run on CartPole-v1, one summary table")
-    p.add_argument("--out", type=Path, default=Path("runs/demo-cartpole"))
-    p.add_argument("--device", default="cpu", choices=["auto", "cpu", "cuda"])
+    p = sub.add_parser(
+        "demo",
+        help="train -> export -> run on CartPole-v1, one summary table",
+        description="The whole chain on CartPole-v1 with its preset: train until solved, "
+        "export the bundle, run it in the control loop; one summary table.",
+    )
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=Path("runs/demo-cartpole"),
+        help="run folder (default runs/demo-cartpole)",
+    )
+    p.add_argument(
+        "--device", default="cpu", choices=["auto", "cpu", "cuda"], help="learner device"
+    )
     p.add_argument("--rate", type=float, default=500.0, help="control-loop rate for the run step")
     p.add_argument("--steps", type=int, default=2000, help="control-loop iterations")
     p.add_argument("--overwrite", action="store_true", help="replace an existing demo folder")
@@ -301,15 +441,21 @@ def cmd_plant_server(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``orin-rl`` argument parser."""
-    parser = argparse.ArgumentParser(prog="orin-rl", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="orin-rl",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--version", action="version", version=f"orin-rl {__version__}")
     parser.add_argument("--debug", action="store_true", help="full tracebacks on errors")
     parser.add_argument("-q", "--quiet", action="store_true", help="warnings and errors only")
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, title="commands", metavar="COMMAND")
     _add_train(sub)
     _add_export(sub)
     _add_build(sub)
     _add_run(sub)
+    _add_eval(sub)
     _add_bench(sub)
     _add_doctor(sub)
     _add_demo(sub)
@@ -340,12 +486,24 @@ def train_config(args: argparse.Namespace) -> Config:
             cfg = config_mod.from_dict(file_data, cfg)
         except ConfigError as exc:
             raise ConfigError(f"{args.config}: {exc}") from None
-    flags = [
-        f"{key}={json.dumps(getattr(args, name))}"
-        for name, key in TRAIN_FLAGS.items()
-        if getattr(args, name) is not None
-    ]
+    values = {name: getattr(args, name) for name in TRAIN_FLAGS}
+    if args.env_kwargs is not None:
+        values["env_kwargs"] = env_kwargs_arg(args.env_kwargs)
+    flags = [f"{TRAIN_FLAGS[n]}={json.dumps(v)}" for n, v in values.items() if v is not None]
     return config_mod.apply_overrides(cfg, flags + list(args.set))
+
+
+def env_kwargs_arg(raw: str | None) -> dict[str, Any] | None:
+    """``--env-kwargs``: a JSON object, or one line saying what was wrong."""
+    if raw is None:
+        return None
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"--env-kwargs is not valid JSON ({exc.msg}): {raw!r}") from None
+    if not isinstance(value, dict):
+        raise UsageError(f"--env-kwargs takes a JSON object like '{{\"size\": 8}}', got {raw!r}")
+    return value
 
 
 def _yaml_str(raw: str) -> str | None:
@@ -367,8 +525,10 @@ def cmd_train(args: argparse.Namespace) -> int:
             raise UsageError(
                 "--resume continues the run with its saved config.yaml; drop the other options"
             )
-        summary = train(Config(), args.resume, resume=True, progress=not args.no_progress)
-        return _report(summary)
+        print(f"run folder: {args.resume} (resumed)", flush=True)
+        args.run_folder = args.resume
+        summary = train(Config(), args.resume, resume=True, progress=_progress(args))
+        return _report(summary, args.resume)
     cfg = train_config(args)
     if args.print_config:
         print(yaml.safe_dump(config_mod.to_dict(cfg), sort_keys=False), end="")
@@ -381,11 +541,21 @@ def cmd_train(args: argparse.Namespace) -> int:
 
         resolve_device(cfg.train.device)  # a device that is not there: one line, before launching
         return _launch_torchrun(args, out)
-    summary = train(cfg, out, overwrite=args.overwrite, progress=not args.no_progress)
+    args.run_folder = out
+    summary = train(cfg, out, overwrite=args.overwrite, progress=_progress(args))
     if not summary:  # a rank other than 0 of a distributed run: rank 0 reports
         return 0
     print(f"run folder: {out}")
-    return _report(summary)
+    return _report(summary, out)
+
+
+def _progress(args: argparse.Namespace) -> bool | str:
+    """A tqdm bar on a terminal; plain log lines where output goes to a file or a pipe (no
+    carriage returns in logs); nothing with --no-progress or -q."""
+    if args.no_progress or args.quiet:
+        return False
+    tty = sys.stdout.isatty() and sys.stderr.isatty()
+    return "bar" if tty else "lines"
 
 
 def _launch_torchrun(args: argparse.Namespace, out: Path) -> int:
@@ -410,7 +580,12 @@ def _launch_torchrun(args: argparse.Namespace, out: Path) -> int:
     return subprocess.run(cmd, env=env, check=False).returncode  # nosec B603
 
 
-def _report(summary: dict[str, Any]) -> int:
+def _resume_command(run_dir: Path, world_size: int = 1) -> str:
+    nproc = f" --nproc {world_size}" if world_size > 1 else ""  # a resume needs the same N
+    return f"orin-rl train --resume {shlex.quote(str(run_dir))}{nproc}"
+
+
+def _report(summary: dict[str, Any], run_dir: Path) -> int:
     mean, std = summary["eval_return_mean"], summary["eval_return_std"]
     rows = [
         ("environment", summary["env_id"]),
@@ -461,6 +636,8 @@ def _report(summary: dict[str, Any]) -> int:
     for key, value in rows:
         print(f"{key:<{width}}  {value}")
     if summary["interrupted"]:
+        print(f"stopped by {summary['stop_reason']} with a checkpoint; continue with:")
+        print(f"  {_resume_command(run_dir, summary.get('world_size') or 1)}")
         return 128 + (15 if summary["stop_reason"] == "SIGTERM" else 2)
     return 0
 
@@ -550,15 +727,18 @@ def cmd_run(args: argparse.Namespace) -> int:
         args.histogram,
         loop_options=loop,
         backend_options=_backend_options(args, batch=1),  # the loop feeds one observation
+        env_kwargs=env_kwargs_arg(args.env_kwargs),
+        precision=args.precision,
     )
     lat = report["latency_us"]
     returns = report["episode_returns"]
     mean_return = (
         f"{np.mean(returns):.1f} over {len(returns)} episodes" if returns else "no episode ended"
     )
-    print(
-        f"backend      {report['backend']} ({report.get('provider') or report.get('mode') or ''})"
-    )
+    where = report.get("provider") or report.get("mode") or ""
+    if report.get("precision"):
+        where += f", {report['precision']}"
+    print(f"backend      {report['backend']} ({where})")
     print(f"iterations   {report['iterations']} at {args.rate:g} Hz")
     print(
         f"latency µs   p50 {lat['p50']:.1f}  p99 {lat['p99']:.1f}  "
@@ -569,6 +749,45 @@ def cmd_run(args: argparse.Namespace) -> int:
         f"{report['non_finite_events']} non-finite"
     )
     print(f"return       {mean_return}")
+    return 0
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    """``orin-rl eval`` (torch-free for bundles and engines)."""
+    from orin_rl.evaluation import evaluate_policy
+    from orin_rl.policy import load_policy
+
+    if args.episodes <= 0:
+        raise UsageError(f"--episodes must be positive, got {args.episodes}")
+    env_kwargs = env_kwargs_arg(args.env_kwargs)
+    with load_policy(args.model, args.backend, args.device, precision=args.precision) as policy:
+        result = evaluate_policy(
+            policy,
+            args.env,
+            args.episodes,
+            args.seed,
+            deterministic=not args.stochastic,
+            render=args.render,
+            video_dir=args.video,
+            env_kwargs=env_kwargs,
+        )
+        described = policy.backend.describe()
+    if args.report:
+        args.report.write_text(json.dumps({**described, **result.to_dict()}, indent=2) + "\n")
+    r, n = np.asarray(result.returns), np.asarray(result.lengths)
+    mode = "sampled" if args.stochastic else "deterministic"
+    extra = described.get("provider") or described.get("mode") or described.get("device") or ""
+    if described.get("precision"):
+        extra += f", {described['precision']}"
+    print(f"environment  {result.env_id}")
+    print(f"backend      {described['backend']}" + (f" ({extra})" if extra else ""))
+    print(f"episodes     {result.episodes}, seeds {args.seed}..{args.seed + result.episodes - 1}, "
+          f"{mode} actions")  # fmt: skip
+    print(f"{'':<11}{'mean':>10}{'std':>10}{'min':>10}{'max':>10}")
+    print(f"{'return':<11}{r.mean():>10.1f}{r.std():>10.1f}{r.min():>10.1f}{r.max():>10.1f}")
+    print(f"{'length':<11}{n.mean():>10.1f}{n.std():>10.1f}{n.min():>10d}{n.max():>10d}")
+    if result.videos:
+        print(f"videos       {len(result.videos)} MP4 in {args.video}")
     return 0
 
 
@@ -702,6 +921,7 @@ COMMANDS = {
     "export": cmd_export,
     "build": cmd_build,
     "run": cmd_run,
+    "eval": cmd_eval,
     "bench": cmd_bench,
     "plant-server": cmd_plant_server,
 }
@@ -725,7 +945,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:  # Ctrl-C outside training (which handles its own signals)
         if args.debug:
             raise
-        print(f"orin-rl {args.command}: interrupted", file=sys.stderr)
+        run = getattr(args, "run_folder", None)
+        resume = ""
+        if run is not None and (Path(run) / "checkpoint.pt").is_file():  # a second Ctrl-C
+            resume = f"; the last checkpoint continues with: {_resume_command(run)}"
+        print(f"orin-rl {args.command}: interrupted{resume}", file=sys.stderr)
         return 130
 
 

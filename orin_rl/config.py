@@ -44,6 +44,13 @@ class EnvConfig:
     """gymnasium vectorisation: `sync` steps in this process, `async` in worker processes."""
     max_episode_steps: int | None = None
     """Override the environment's time limit (None keeps gymnasium's)."""
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    """Keyword arguments for the environment's constructor (``gymnasium.make(env_id,
+    **kwargs)``), e.g. ``{size: 8}``; gymnasium envs only (env.backend gym)."""
+    wrappers: list[str | dict[str, Any]] = field(default_factory=list)
+    """gymnasium wrappers applied to each environment, innermost first, in training,
+    evaluation, export and ``orin-rl run``: importable ``module:Callable`` names (called with
+    the env), or ``{wrapper: module:Callable, kwargs: {...}}`` for ones that take arguments."""
 
 
 @dataclass
@@ -368,6 +375,16 @@ def _coerce(key: str, value: Any, tp: Any) -> Any:
             except ConfigError:
                 pass
         raise ConfigError(f"{key}: {value!r} does not fit {_type_name(tp)}")
+    if tp is Any:
+        return value
+    if origin is dict:
+        key_tp, value_tp = typing.get_args(tp)
+        if not isinstance(value, dict):
+            raise ConfigError(f"{key}: expected a mapping, got {type(value).__name__} {value!r}")
+        return {
+            _coerce(f"{key} key", k, key_tp): _coerce(f"{key}.{k}", v, value_tp)
+            for k, v in value.items()
+        }
     if origin is list:
         (item_tp,) = typing.get_args(tp)
         if not isinstance(value, list):
@@ -509,6 +526,8 @@ def validate(cfg: Config) -> None:
         raise ConfigError(
             f"env.max_episode_steps: must be positive, got {cfg.env.max_episode_steps}"
         )
+    for i, wrapper in enumerate(cfg.env.wrappers):
+        _check_wrapper(f"env.wrappers[{i}]", wrapper)
     if any(h <= 0 for h in cfg.ppo.hidden_sizes) or not cfg.ppo.hidden_sizes:
         raise ConfigError(f"ppo.hidden_sizes: need positive widths, got {cfg.ppo.hidden_sizes}")
     for section in ("sac", "dqn"):
@@ -552,6 +571,21 @@ def validate(cfg: Config) -> None:
             f"ppo.num_minibatches: {cfg.ppo.num_minibatches} does not divide the batch of "
             f"{cfg.batch_size} (env.num_envs * ppo.num_steps)"
         )
+
+
+def _check_wrapper(key: str, entry: str | dict[str, Any]) -> None:
+    """An env.wrappers entry: "module:Callable" or {wrapper: "module:Callable", kwargs: {...}}."""
+    example = '"module:Callable" or {wrapper: "module:Callable", kwargs: {...}}'
+    if isinstance(entry, dict):
+        unknown = set(entry) - {"wrapper", "kwargs"}
+        if unknown or not isinstance(entry.get("wrapper"), str):
+            raise ConfigError(f"{key}: expected {example}, got {entry!r}")
+        if not isinstance(entry.get("kwargs", {}), dict):
+            raise ConfigError(f"{key}.kwargs: expected a mapping, got {entry['kwargs']!r}")
+        entry = entry["wrapper"]
+    module, sep, name = entry.partition(":")
+    if not (module and sep and name):
+        raise ConfigError(f"{key}: {entry!r} is not a module:Callable name ({example})")
 
 
 def read_yaml_mapping(

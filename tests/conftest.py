@@ -29,3 +29,29 @@ def rng() -> np.random.Generator:
     seed = int(os.environ.get("ORIN_TEST_SEED", np.random.SeedSequence().entropy % 2**32))
     print(f"rng seed: {seed}")
     return np.random.default_rng(seed)
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory):
+    """``tiny_run(env_id, algo="ppo", *overrides)``: a run folder trained for a moment, with its
+    exported bundle (cached per arguments for the session; a good policy is not needed)."""
+    from orin_rl import config as C
+    from orin_rl.export.onnx import export_bundle
+    from orin_rl.runners import train
+
+    made: dict[tuple, object] = {}
+
+    def make(env_id: str, algo: str = "ppo", *overrides: str):
+        key = (env_id, algo, *overrides)
+        if key not in made:
+            out = tmp_path_factory.mktemp(f"{env_id}-{algo}".replace(":", "_")) / "run"
+            settings = [f"env.env_id={env_id}", f"train.algo={algo}", "env.num_envs=4",
+                        "ppo.num_steps=64", "train.total_steps=512", "train.eval_episodes=2",
+                        "train.tensorboard=false", "ppo.normalize_obs=true",
+                        "sac.learning_starts=64", "dqn.learning_starts=64", *overrides]  # fmt: skip
+            train(C.apply_overrides(C.Config(), settings), out, progress=False)
+            export_bundle(out, out / "bundle", parity_observations=128)
+            made[key] = out
+        return made[key]
+
+    return make

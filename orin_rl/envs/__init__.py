@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import gymnasium as gym
 import torch
 
@@ -20,6 +22,8 @@ def make(
     vectorization: str = "sync",
     max_episode_steps: int | None = None,
     worker_timeout_s: float = 60.0,
+    env_kwargs: dict[str, Any] | None = None,
+    wrappers: list[str | dict[str, Any]] | None = None,
 ) -> VecEnv:
     """Create ``num_envs`` copies of ``env_id`` as one VecEnv on ``device``.
 
@@ -33,23 +37,39 @@ def make(
         vectorization: ``sync`` or ``async`` (worker processes) for the gym backend.
         max_episode_steps: override of the time limit.
         worker_timeout_s: async workers that do not answer a step within this are reported.
+        env_kwargs: keyword arguments for each env's constructor (gym backend).
+        wrappers: config ``env.wrappers`` entries applied to each env (gym backend).
     """
     if num_envs <= 0:
         raise EnvError(f"num_envs must be positive, got {num_envs}")
+    if backend == "gpu" and (env_kwargs or wrappers):
+        raise EnvError(
+            "env.kwargs and env.wrappers apply to gymnasium envs; the GPU-native envs take "
+            "neither: drop them or use env.backend gym"
+        )
     if backend == "gpu":
         from orin_rl.envs.gpu import make_gpu
 
         return make_gpu(env_id, num_envs, device, max_episode_steps, seed)
     if backend != "gym":
         raise EnvError(f"unknown env backend {backend!r}; available: gym, gpu")
-    env = make_gym(env_id, num_envs, device, vectorization, max_episode_steps, worker_timeout_s)
+    env = make_gym(
+        env_id,
+        num_envs,
+        device,
+        vectorization,
+        max_episode_steps,
+        worker_timeout_s,
+        env_kwargs,
+        wrappers,
+    )
     env.seed = seed
     return env
 
 
 def reward_threshold(env_id: str) -> float | None:
     """gymnasium's registered ``reward_threshold`` for ``env_id`` (None if it has none)."""
-    try:
-        return gym.spec(env_id).reward_threshold
+    try:  # a custom module:EnvId is registered as EnvId (its module was imported by make)
+        return gym.spec(env_id.split(":")[-1]).reward_threshold
     except gym.error.Error:
         return None

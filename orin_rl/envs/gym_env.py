@@ -12,6 +12,7 @@ import torch
 from gymnasium.vector import AutoresetMode
 from gymnasium.wrappers.vector import RecordEpisodeStatistics
 
+from orin_rl.env_factory import EnvMakeError, import_env_module, resolve_wrappers
 from orin_rl.envs.base import StepResult
 from orin_rl.errors import OrinError
 
@@ -240,23 +241,38 @@ def make_gym(
     vectorization: str = "sync",
     max_episode_steps: int | None = None,
     worker_timeout_s: float = 60.0,
+    env_kwargs: dict[str, Any] | None = None,
+    wrappers: list[str | dict[str, Any]] | None = None,
 ) -> GymVecEnv:
-    """Create a gymnasium vector env in SAME_STEP auto-reset mode, wrapped as a VecEnv."""
+    """Create a gymnasium vector env in SAME_STEP auto-reset mode, wrapped as a VecEnv.
+
+    ``env_kwargs`` go to each env's constructor, ``wrappers`` (config ``env.wrappers``
+    entries) wrap each env; a ``module:EnvId`` id imports ``module`` first.
+    """
     if vectorization not in ("sync", "async"):
         raise EnvError(f"vectorization must be 'sync' or 'async', got {vectorization!r}")
     kwargs = {"max_episode_steps": max_episode_steps} if max_episode_steps else {}
     try:
+        import_env_module(env_id)
         vec = gym.make_vec(
             env_id,
             num_envs=num_envs,
             vectorization_mode=vectorization,
             vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP},
+            wrappers=resolve_wrappers(wrappers),
             **kwargs,
+            **(env_kwargs or {}),
         )
+    except EnvMakeError as exc:
+        raise EnvError(str(exc)) from None
     except gym.error.DependencyNotInstalled as exc:
         raise EnvError(f"{env_id}: {exc}; {MUJOCO_HINT}") from None
     except gym.error.Error as exc:
         raise EnvError(f"{env_id}: {exc}") from None
+    except TypeError as exc:  # a keyword the constructor does not take
+        if not env_kwargs:
+            raise
+        raise EnvError(f"{env_id}: {exc}; check env.kwargs / --env-kwargs") from None
     space = vec.single_action_space
     if not isinstance(space, (gym.spaces.Discrete, gym.spaces.Box)):
         vec.close()

@@ -35,6 +35,7 @@ from torch import nn
 from orin_rl import envs
 from orin_rl.bundle import BundleInfo, TensorSpec, sha256_file, write_private
 from orin_rl.checkpoint import load_policy
+from orin_rl.env_factory import ENV_CONFIG_KEYS
 from orin_rl.errors import OrinError
 from orin_rl.models import ActorCritic, PolicySpec
 from orin_rl.models.deploy import DeterministicPolicy
@@ -75,11 +76,24 @@ class ExportResult:
 
 
 def record_observations(
-    policy: ActorCritic, env_id: str, count: int, seed: int, max_episode_steps: int | None = None
+    policy: ActorCritic,
+    env_id: str,
+    count: int,
+    seed: int,
+    max_episode_steps: int | None = None,
+    env_kwargs: dict[str, Any] | None = None,
+    wrappers: list[Any] | None = None,
 ) -> np.ndarray:
     """Raw observations met by the deterministic policy in its environment (count, *obs_shape)."""
     num_envs = 8
-    env = envs.make(env_id, num_envs, "cpu", max_episode_steps=max_episode_steps)
+    env = envs.make(
+        env_id,
+        num_envs,
+        "cpu",
+        max_episode_steps=max_episode_steps,
+        env_kwargs=env_kwargs,
+        wrappers=wrappers,
+    )
     rows: list[np.ndarray] = []
     try:
         obs = env.reset(seed=seed)
@@ -325,7 +339,13 @@ def export_bundle(
 
     # Observations the policy really meets, plus random ones around and beyond them.
     recorded = record_observations(
-        policy, env_id, parity_observations, seed, env_cfg.get("max_episode_steps")
+        policy,
+        env_id,
+        parity_observations,
+        seed,
+        env_cfg.get("max_episode_steps"),
+        env_cfg.get("kwargs"),
+        env_cfg.get("wrappers"),
     )
     observations = np.concatenate(
         [recorded, random_observations(recorded, parity_observations, seed)]
@@ -368,6 +388,7 @@ def export_bundle(
             "random_observations": len(observations) - len(recorded),
         },
         env_id=env_id,
+        env_config={k: env_cfg[k] for k in ENV_CONFIG_KEYS if env_cfg.get(k)},
         producer={
             "orin_rl": __import__("orin_rl").__version__,
             "torch": torch.__version__,

@@ -20,15 +20,25 @@ def evaluate(
     seed: int,
     device: torch.device,
     max_episode_steps: int | None = None,
+    env_kwargs: dict[str, Any] | None = None,
+    wrappers: list[Any] | None = None,
 ) -> list[float]:
     """Returns of ``episodes`` fresh episodes under the deterministic policy (argmax / mean).
 
     One sub-environment per episode, each counted once, so short episodes are not over-sampled.
+    Sub-environment k of a batch starts from ``seed + (episodes before it) + k``.
     """
     returns: list[float] = []
     while len(returns) < episodes:
         n = min(episodes - len(returns), 32)
-        env = envs.make(env_id, n, device, max_episode_steps=max_episode_steps)
+        env = envs.make(
+            env_id,
+            n,
+            device,
+            max_episode_steps=max_episode_steps,
+            env_kwargs=env_kwargs,
+            wrappers=wrappers,
+        )
         try:
             obs = env.reset(seed=seed + len(returns))
             total = np.zeros(n)
@@ -70,6 +80,8 @@ def evaluate_agents(
     seed: int,
     device: torch.device,
     max_episode_steps: int | None = None,
+    env_kwargs: dict[str, Any] | None = None,
+    wrappers: list[Any] | None = None,
 ) -> list[list[float]]:
     """Per agent of ``policy``, the returns of ``episodes`` fresh deterministic episodes.
 
@@ -79,9 +91,18 @@ def evaluate_agents(
     from orin_rl.envs.gpu import REGISTRY, make_gpu
 
     k = policy.num_agents
-    if env_id not in REGISTRY:
+    if env_id not in REGISTRY or env_kwargs or wrappers:  # those make gymnasium envs
         return [
-            evaluate(policy.agent(i), env_id, episodes, seed, device, max_episode_steps)
+            evaluate(
+                policy.agent(i),
+                env_id,
+                episodes,
+                seed,
+                device,
+                max_episode_steps,
+                env_kwargs,
+                wrappers,
+            )
             for i in range(k)
         ]
     env = make_gpu(env_id, k * episodes, device, max_episode_steps, seed=seed)

@@ -60,17 +60,17 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
     return records
 
 
-def plot_curve(metrics_path: Path, out: Path, title: str) -> None:
-    """curve.png: episode return against environment steps and against wall time."""
+def curve_figure(records: list[dict[str, Any]], title: str):
+    """Episode return against environment steps and against wall time; the legend sits below
+    the axes, so it never hides an evaluation point."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    records = read_metrics(metrics_path)
     train = [r for r in records if "charts/episode_return_mean" in r]
     evals = [r for r in records if "eval/return_mean" in r]
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), sharey=True)
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4.2), sharey=True, layout="constrained")
     for ax, xkey, xlabel in (
         (axes[0], "global_step", "environment steps"),
         (axes[1], "time_s", "wall time (s)"),
@@ -91,8 +91,17 @@ def plot_curve(metrics_path: Path, out: Path, title: str) -> None:
         ax.set_xlabel(xlabel)
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("episode return")
-    axes[0].legend(loc="lower right", fontsize=8)
+    handles, labels = axes[0].get_legend_handles_labels()
+    if handles:
+        fig.legend(handles, labels, loc="outside lower center", ncols=len(handles), fontsize=8)
     fig.suptitle(title)
-    fig.tight_layout()
+    return fig
+
+
+def plot_curve(metrics_path: Path, out: Path, title: str) -> None:
+    """curve.png: ``curve_figure`` of a metrics.jsonl."""
+    import matplotlib.pyplot as plt
+
+    fig = curve_figure(read_metrics(metrics_path), title)
     fig.savefig(out, dpi=110)
     plt.close(fig)

@@ -48,6 +48,10 @@ from orin_rl.runners.logger import MetricsLogger, plot_curve, read_metrics
 
 log = logging.getLogger(__name__)
 
+PROGRESS_LINE_S = 10.0
+"""With ``progress="lines"``: seconds between two progress log lines (plus the first and last
+iteration)."""
+
 VERDICT_SEED_OFFSET = 2**30
 """Episode seeds of the final verdict start at train.seed + this: no periodic evaluation
 (10,000 + 1,000 * iteration) reaches them."""
@@ -104,7 +108,11 @@ class Trainer:
     """Owns the env, the algorithm, the run folder and the loop."""
 
     def __init__(
-        self, cfg: Config, run_dir: str | Path, resume: bool = False, progress: bool = True
+        self,
+        cfg: Config,
+        run_dir: str | Path,
+        resume: bool = False,
+        progress: bool | str = True,
     ):
         self.run_dir = Path(run_dir)
         state = self._load_resume_state() if resume else None
@@ -119,7 +127,11 @@ class Trainer:
         if self.dist.enabled and self.device.type == "cuda":
             self.device = torch.device("cuda", self.dist.local_rank)
         self.is_main = self.dist.is_main
-        self.progress = progress and self.is_main
+        # True / "bar": a tqdm bar; "lines": plain log lines (logs and CI, no carriage
+        # returns); False: neither.
+        self.progress = ("bar" if progress is True else progress) if self.is_main else False
+        if self.progress not in (False, "bar", "lines"):
+            raise ValueError(f"progress must be True, False, 'bar' or 'lines', got {progress!r}")
         if state is None and self.is_main:
             self._check_run_dir()
         if state is not None and state.get("world_size", 1) != self.dist.world_size:
@@ -150,6 +162,8 @@ class Trainer:
             backend=cfg.env.backend,
             vectorization=cfg.env.vectorization,
             max_episode_steps=cfg.env.max_episode_steps,
+            env_kwargs=cfg.env.kwargs,
+            wrappers=cfg.env.wrappers,
         )
         if cfg.train.algo != "ppo":
             self._make_off_policy()
@@ -296,9 +310,10 @@ class Trainer:
             unit="step",
             unit_scale=True,
             dynamic_ncols=True,
-            disable=not self.progress,
+            disable=self.progress != "bar",
             desc=cfg.env.env_id,
         )
+        last_line = -math.inf  # when the last progress line was logged
         stop_reason = "total_steps"
         try:
             with _StopRequest() as stop:
@@ -333,6 +348,11 @@ class Trainer:
                     evaluated = cfg.train.eval_every and it % cfg.train.eval_every == 0
                     if evaluated and self.is_main:
                         self._periodic_eval(record, elapsed)
+                    now = time.perf_counter()
+                    last = it >= self.num_iterations
+                    if self.progress == "lines" and (now - last_line >= PROGRESS_LINE_S or last):
+                        last_line = now
+                        self._progress_line(record)
                     if logger is not None and (it % cfg.train.log_every == 0 or evaluated):
                         logger.log(record)
                     signalled = stop.signum is not None
@@ -371,6 +391,19 @@ class Trainer:
         self._save(elapsed)
         summary = self._finish(elapsed, start_step, time.perf_counter() - start, stop_reason)
         return summary
+
+    def _progress_line(self, record: dict[str, Any]) -> None:
+        """One plain log line: steps done of the total, speed, returns (no carriage return)."""
+        step, total = record["global_step"], self.num_iterations * self.iteration_steps
+        parts = [
+            f"step {step:,} / {total:,} ({100 * step / total:.0f}%)",
+            f"{record['steps_per_s']:,.0f} steps/s",
+        ]
+        if "charts/episode_return_mean" in record:
+            parts.append(f"return {record['charts/episode_return_mean']:.1f}")
+        if "eval/return_mean" in record:
+            parts.append(f"eval {record['eval/return_mean']:.1f}")
+        log.info("%s: %s", self.cfg.env.env_id, ", ".join(parts))
 
     def _iterate(self, obs: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
         """One iteration from ``obs``: a graph replay once captured, else eager."""
@@ -466,6 +499,8 @@ class Trainer:
                 "seed": cfg.train.seed + seed_offset,
                 "device": self.device,
                 "max_episode_steps": cfg.env.max_episode_steps,
+                "env_kwargs": cfg.env.kwargs,
+                "wrappers": cfg.env.wrappers,
             }
             if self.num_agents > 1:
                 per_agent = evaluate_agents(*args, **kwargs)
@@ -710,9 +745,13 @@ def train(
     run_dir: str | Path,
     resume: bool = False,
     overwrite: bool = False,
-    progress: bool = True,
+    progress: bool | str = True,
 ) -> dict[str, Any]:
-    """Train a policy into ``run_dir`` (see DESIGN.md: run folder) and return the summary."""
+    """Train a policy into ``run_dir`` (see DESIGN.md: run folder) and return the summary.
+
+    ``progress``: True or ``"bar"`` a tqdm bar, ``"lines"`` a plain log line every 10 s (for
+    logs and CI), False neither.
+    """
     run_dir = Path(run_dir)
     main_rank = os.environ.get("RANK", "0") == "0"
     if overwrite and not resume and run_dir.exists() and main_rank:

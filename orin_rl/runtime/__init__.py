@@ -20,7 +20,7 @@ log = logging.getLogger(__name__)
 BACKENDS = ("auto", "onnxruntime", "tensorrt", "torch")
 ENGINE_SUFFIXES = (".engine", ".plan", ".trt")
 
-__all__ = ["BACKENDS", "Backend", "RuntimeBackendError", "load"]
+__all__ = ["BACKENDS", "Backend", "RuntimeBackendError", "load", "locate"]
 
 
 def _locate(model: str | Path) -> dict[str, Path]:
@@ -30,7 +30,13 @@ def _locate(model: str | Path) -> dict[str, Path]:
     if path.suffix in ENGINE_SUFFIXES:
         found["engine"] = path
         return found
-    folder = path.parent if path.name == "policy.json" else path
+    if path.suffix == ".onnx":  # one model of a bundle, e.g. its policy.int8.onnx
+        if not (path.parent / "policy.json").is_file():
+            raise bundle.BundleError(
+                f"{model}: an ONNX file runs from its bundle folder (policy.json beside it)"
+            )
+        found["onnx"] = path
+    folder = path.parent if path.name == "policy.json" or path.suffix == ".onnx" else path
     if (folder / "policy.json").is_file():
         found["bundle"] = folder
     elif (folder / "bundle" / "policy.json").is_file():
@@ -46,13 +52,21 @@ def _locate(model: str | Path) -> dict[str, Path]:
     return found
 
 
+def locate(model: str | Path) -> dict[str, Path]:
+    """The artefacts ``model`` offers: ``engine``, ``bundle`` (folder) and ``run`` (folder)."""
+    return _locate(model)
+
+
 def _make(kind: str, found: dict[str, Path], device: str, safe_action, **options) -> Backend:
     if kind == "onnxruntime":
         if "bundle" not in found:
             raise RuntimeBackendError("onnxruntime needs a bundle: orin-rl export RUN_DIR first")
         from orin_rl.runtime.onnxruntime_backend import OnnxRuntimeBackend
 
-        info, onnx_path = bundle.load_bundle(found["bundle"])
+        onnx = found.get("onnx")
+        info, onnx_path = bundle.load_bundle(
+            found["bundle"], precision=options.get("precision"), onnx_file=onnx and onnx.name
+        )
         return OnnxRuntimeBackend(
             onnx_path,
             info,
@@ -111,13 +125,21 @@ def load(
     """A backend for ``model`` (engine file, bundle folder or run folder), not yet active.
 
     ``options``: ``threads``; ``providers`` and ``ort_settings`` (ONNX Runtime); ``cuda_graph``,
-    ``batch`` and ``zero_copy`` (torch and TensorRT).
+    ``batch`` and ``zero_copy`` (torch and TensorRT). ``precision="int8"`` (or ``fp16``/
+    ``fp32``), or ``model`` naming one ``.onnx`` file of a bundle, runs that model of the
+    bundle on ONNX Runtime.
 
     ``backend="auto"`` activates every backend the artefacts and this machine allow, times a
     few hundred calls of each and keeps the one with the lowest p99 (logged): for a small MLP a
     CPU path often beats a GPU round trip.
     """
     found = _locate(model)
+    if "onnx" in found or options.get("precision"):  # one ONNX model of a bundle
+        if backend not in ("auto", "onnxruntime"):
+            raise RuntimeBackendError(
+                f"an ONNX file or a precision picks a bundle model for onnxruntime, not {backend}"
+            )
+        backend = "onnxruntime"
     if backend != "auto":
         return _make(backend, found, device, safe_action, **options)
     candidates = []

@@ -157,6 +157,7 @@ class OnnxRuntimeBackend(Backend):
         super().__init__(info.inputs[0], info.outputs, safe_action)
         self.onnx_path = Path(onnx_path)
         self.info = info
+        self.precision = info.precision
         self.device = device
         self.threads = threads
         if providers and all(isinstance(p, str) for p in providers):
@@ -254,4 +255,9 @@ class OnnxRuntimeBackend(Backend):
         self.session = None
 
     def describe(self) -> dict[str, Any]:
-        return {"backend": self.name, "provider": self.provider, "threads": self.threads}
+        return {
+            "backend": self.name,
+            "provider": self.provider,
+            "threads": self.threads,
+            "precision": self.precision,
+        }

@@ -23,11 +23,15 @@ class EnvDriver:
 
     env_id: str
     seed: int = 0
+    env_config: dict[str, Any] | None = None
+    """How training made the env (time limit, kwargs, wrappers: a bundle's ``env_config``)."""
 
     def __post_init__(self) -> None:
         import gymnasium as gym
 
-        self.env = gym.make(self.env_id)
+        from orin_rl.env_factory import make_env
+
+        self.env = make_env(self.env_id, self.env_config)
         obs, _ = self.env.reset(seed=self.seed)
         self.obs = np.asarray(obs, dtype=np.float32)[None]
         self.returns: list[float] = []
@@ -61,16 +65,27 @@ def run_policy(
     seed: int = 0,
     loop_options: dict[str, Any] | None = None,
     backend_options: dict[str, Any] | None = None,
+    env_kwargs: dict[str, Any] | None = None,
+    precision: str | None = None,
 ) -> dict[str, Any]:
     """Run ``steps`` loop iterations; return (and optionally write) the report.
 
     ``backend_options`` go to ``runtime.load`` (providers, cuda_graph, zero_copy, ...).
+    The env is made as in training (the bundle's time limit, kwargs and wrappers) when it is
+    the policy's own; ``env_kwargs`` replace the constructor's keyword arguments.
+    ``precision`` (``int8``, ``fp16``) runs that model of the bundle on ONNX Runtime.
     """
     from orin_rl import bundle as bundle_mod
 
-    runner = load(model, backend, device, **(backend_options or {}))
-    env_id = env_id or _env_of(model, bundle_mod)
-    driver = EnvDriver(env_id, seed)
+    runner = load(model, backend, device, precision=precision, **(backend_options or {}))
+    trained_on, env_config = _env_of(model, bundle_mod)
+    env_id = env_id or trained_on
+    if env_id is None:
+        raise bundle_mod.BundleError(f"{model}: the environment is unknown; pass --env ID")
+    env_config = dict(env_config) if env_id == trained_on else {}
+    if env_kwargs is not None:
+        env_config["kwargs"] = env_kwargs
+    driver = EnvDriver(env_id, seed, env_config)
     _check_fits(runner, driver, env_id)
     safe = _safe_action(runner)
     runner.safe_action = safe
@@ -122,14 +137,15 @@ def _check_fits(runner, driver: EnvDriver, env_id: str) -> None:
         )
 
 
-def _env_of(model, bundle_mod) -> str:
+def _env_of(model, bundle_mod) -> tuple[str | None, dict[str, Any]]:
+    """The env id the bundle beside ``model`` was trained on and its ``env_config``."""
     path = Path(model)
     for folder in (path, path / "bundle", path.parent):
         if (folder / "policy.json").is_file():
             info, _ = bundle_mod.load_bundle(folder, verify_hash=False)
             if info.env_id:
-                return info.env_id
-    raise bundle_mod.BundleError(f"{model}: the environment is unknown; pass --env ID")
+                return info.env_id, info.env_config
+    return None, {}
 
 
 def _safe_action(runner) -> np.ndarray:

@@ -1,0 +1,127 @@
+"""Environments made the way the config says: ``env.kwargs``, ``env.wrappers``, custom ids.
+
+Torch-free. Training uses ``resolve_wrappers`` / ``import_env_module`` for each sub-env of its
+vector env; evaluation (``orin-rl eval``) and the control loop (``orin-rl run``) call
+``make_env`` for one env, with a bundle's ``env_config`` (the run's ``env`` settings).
+
+A custom environment is an id ``module:EnvId``: ``module`` is imported first (it calls
+``gymnasium.register(id="EnvId", ...)``), from the Python path or, failing that, the current
+folder.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import os
+import sys
+from typing import Any
+
+from orin_rl.errors import OrinError
+
+
+class EnvMakeError(OrinError, ValueError):
+    """An environment cannot be made as asked (unknown id, missing module or dependency)."""
+
+
+MUJOCO_HINT = "install the MuJoCo extra: pip install 'orin-rl[mujoco]'"
+ENV_CONFIG_KEYS = ("max_episode_steps", "kwargs", "wrappers")
+"""The run's ``env`` settings a bundle keeps (``env_config``), so evaluation and the control
+loop make the environment as training did."""
+
+
+def import_module(name: str, what: str):
+    """Import ``name``; where it is not on the Python path, try the current folder too (as
+    ``python -m`` would: the ``orin-rl`` script does not put it on the path)."""
+    top = name.split(".")[0]
+    cwd = os.getcwd()
+    for attempt in ("path", "cwd"):
+        if attempt == "cwd":
+            if cwd in sys.path:
+                break
+            sys.path.append(cwd)  # after everything else: nothing installed is shadowed
+        try:
+            return importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name != top:  # the module is there; something it imports is not
+                raise EnvMakeError(f"{what}: importing {name!r} failed ({exc})") from None
+            if attempt == "cwd":
+                sys.path.remove(cwd)
+    raise EnvMakeError(
+        f"{what}: no module {name!r} on the Python path or in {cwd}; run from its folder or "
+        "add that folder to PYTHONPATH"
+    )
+
+
+def import_env_module(env_id: str) -> None:
+    """For a ``module:EnvId`` id, import ``module`` (which registers ``EnvId``)."""
+    module, sep, _ = env_id.partition(":")
+    if sep:
+        import_module(module, env_id)
+
+
+def import_object(spec: str, what: str) -> Any:
+    """The object a ``module:Name`` string names (``Name`` may be dotted: ``Class.method``)."""
+    module_name, _, attr = spec.partition(":")
+    obj = import_module(module_name, what)
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise EnvMakeError(f"{what}: {module_name!r} has no {attr!r}") from None
+    if not callable(obj):
+        raise EnvMakeError(f"{what}: {spec} is not callable")
+    return obj
+
+
+def resolve_wrappers(entries: list[str | dict[str, Any]] | None) -> list[Any]:
+    """Callables ``env -> wrapped env`` for config ``env.wrappers`` entries, in order."""
+    wrappers = []
+    for i, entry in enumerate(entries or []):
+        name, kwargs = (entry, {}) if isinstance(entry, str) else (entry["wrapper"], {})
+        if isinstance(entry, dict):
+            kwargs = dict(entry.get("kwargs") or {})
+        wrapper = import_object(name, f"env.wrappers[{i}]")
+        wrappers.append(functools.partial(wrapper, **kwargs) if kwargs else wrapper)
+    return wrappers
+
+
+def make_env(
+    env_id: str,
+    env_config: dict[str, Any] | None = None,
+    render_mode: str | None = None,
+    kwargs: dict[str, Any] | None = None,
+):
+    """``gymnasium.make(env_id)`` with the training run's options, then its wrappers.
+
+    Args:
+        env_id: a gymnasium id, ``module:EnvId`` for one registered on import.
+        env_config: ``max_episode_steps`` (a time limit other than the registered one),
+            ``kwargs`` (for the constructor), ``wrappers`` (config ``env.wrappers`` entries).
+        render_mode: ``human`` (a window), ``rgb_array`` (frames, for video) or None.
+        kwargs: constructor keyword arguments that replace ``env_config``'s.
+    """
+    import gymnasium as gym
+
+    options = dict(env_config or {})
+    make_kwargs: dict[str, Any] = dict((options.get("kwargs") or {}) if kwargs is None else kwargs)
+    if options.get("max_episode_steps"):
+        make_kwargs["max_episode_steps"] = options["max_episode_steps"]
+    if render_mode is not None:
+        make_kwargs["render_mode"] = render_mode
+    import_env_module(env_id)
+    wrappers = resolve_wrappers(options.get("wrappers"))
+    try:
+        env = gym.make(env_id, **make_kwargs)
+    except gym.error.DependencyNotInstalled as exc:
+        hint = f"; {MUJOCO_HINT}" if "mujoco" in str(exc).lower() else ""
+        raise EnvMakeError(f"{env_id}: {exc}{hint}") from None
+    except gym.error.Error as exc:
+        raise EnvMakeError(f"{env_id}: {exc}") from None
+    except TypeError as exc:  # a keyword the constructor does not take
+        if not make_kwargs.get("kwargs") and not (options.get("kwargs") or kwargs):
+            raise
+        raise EnvMakeError(f"{env_id}: {exc}; check env.kwargs / --env-kwargs") from None
+    for wrap in wrappers:
+        env = wrap(env)
+    return env

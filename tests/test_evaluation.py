@@ -1,0 +1,128 @@
+"""``orin-rl eval`` / ``evaluate_policy``: the trainer's evaluation, reproduced from a bundle."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import numpy as np
+import pytest
+import torch
+
+import orin_rl
+from orin_rl import cli
+from orin_rl.checkpoint import load_policy as load_checkpoint
+from orin_rl.evaluation import evaluate_policy
+from orin_rl.runners.evaluate import evaluate
+from orin_rl.runners.trainer import VERDICT_SEED_OFFSET
+
+CARTPOLE = ("CartPole-v1", "ppo", "train.eval_episodes=6", "train.total_steps=2048")
+
+
+def _eval_cli(capsys, *argv) -> tuple[int, str]:
+    code = cli.main(["-q", "eval", *map(str, argv)])
+    return code, capsys.readouterr().out
+
+
+@pytest.mark.parametrize("target", ["bundle", "run"])
+def test_eval_reproduces_the_training_evaluation(tiny_run, tmp_path, capsys, target):
+    """summary.json's final evaluation (seeds train.seed + 2**30 + i) comes out again, episode
+    for episode, from the bundle on ONNX Runtime and from the run folder."""
+    run = tiny_run(*CARTPOLE)
+    summary = json.loads((run / "summary.json").read_text())
+    seed = 1 + VERDICT_SEED_OFFSET  # train.seed 1
+    policy, _, _ = load_checkpoint(run)
+    expected = evaluate(policy, "CartPole-v1", 6, seed, torch.device("cpu"))
+    assert len(set(expected)) > 1  # episodes differ: the seeds matter
+    report = tmp_path / "eval.json"
+    model = run / "bundle" if target == "bundle" else run
+    code, out = _eval_cli(capsys, model, "--episodes", 6, "--seed", seed, "--report", report)
+    assert code == 0
+    data = json.loads(report.read_text())
+    assert data["returns"] == expected
+    assert data["return_mean"] == summary["eval_return_mean"]
+    assert data["return_std"] == summary["eval_return_std"]
+    assert data["episodes"] == summary["eval_episodes"] == 6
+    assert data["lengths"] == [int(r) for r in expected]  # CartPole: +1 a step
+    assert data["return_min"] == min(expected) and data["return_max"] == max(expected)
+    assert data["backend"] in ("onnxruntime", "torch")
+    row = next(line for line in out.splitlines() if line.startswith("return"))
+    assert row.split()[1:] == [f"{v:.1f}" for v in (np.mean(expected), np.std(expected),
+                                                     min(expected), max(expected))]  # fmt: skip
+
+
+def test_gpu_native_run_evaluates_on_gymnasiums_env(tiny_run, capsys, tmp_path):
+    """A run trained on the GPU-native CartPole (here on the CPU device) evaluates on
+    gymnasium's CartPole: the trainer's final evaluation, again."""
+    run = tiny_run(*CARTPOLE, "env.backend=gpu")
+    summary = json.loads((run / "summary.json").read_text())
+    report = tmp_path / "eval.json"
+    seed = 1 + VERDICT_SEED_OFFSET
+    assert (
+        _eval_cli(capsys, run / "bundle", "--episodes", 6, "--seed", seed, "--report", report)[0]
+        == 0
+    )
+    assert json.loads(report.read_text())["return_mean"] == summary["eval_return_mean"]
+
+
+def test_time_limit_of_the_run_is_kept(tiny_run):
+    """env.max_episode_steps travels in policy.json: the bundle's episodes end where training's
+    did (Pendulum's own limit is 200)."""
+    run = tiny_run("Pendulum-v1", "ppo", "env.max_episode_steps=37")
+    with orin_rl.load_policy(run / "bundle") as policy:
+        result = evaluate_policy(policy, episodes=3, seed=5)
+    assert result.lengths == [37, 37, 37]
+    policy_ac, _, _ = load_checkpoint(run)
+    expected = evaluate(policy_ac, "Pendulum-v1", 3, 5, torch.device("cpu"), 37)
+    np.testing.assert_allclose(result.returns, expected, rtol=1e-4)  # fp32 ONNX vs torch
+
+
+def test_stochastic_eval_needs_the_run_folder(tiny_run, capsys):
+    run = tiny_run(*CARTPOLE)
+    code = cli.main(["-q", "eval", str(run / "bundle"), "--episodes", "1", "--stochastic"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and "pass the run folder" in err
+    assert cli.main(["-q", "eval", str(run), "--episodes", "2", "--stochastic"]) == 0
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--episodes", "0"], "--episodes must be positive"),
+        (["--env", "NoSuchEnv-v9"], "NoSuchEnv-v9"),
+        (["--env", "Pendulum-v1"], "shape"),  # a CartPole policy on Pendulum's observations
+    ],
+)
+def test_bad_input_is_one_line_exit_2(tiny_run, capsys, argv, message):
+    code = cli.main(["-q", "eval", str(tiny_run(*CARTPOLE) / "bundle"), *argv])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and message in err
+
+
+MISSING_VIDEO = [m for m in ("moviepy", "pygame") if importlib.util.find_spec(m) is None]
+
+
+@pytest.mark.skipif(
+    bool(MISSING_VIDEO),
+    reason=f"{' and '.join(MISSING_VIDEO)} not installed (extra: pip install 'orin-rl[video]')",
+)
+def test_video_files_are_written(tiny_run, tmp_path, capsys):
+    videos = tmp_path / "videos"
+    report = tmp_path / "eval.json"
+    run = tiny_run(*CARTPOLE)
+    code, out = _eval_cli(
+        capsys, run / "bundle", "--episodes", 2, "--video", videos, "--report", report
+    )
+    assert code == 0
+    files = sorted(videos.glob("*.mp4"))
+    assert [f.name for f in files] == ["CartPole-v1-episode-0.mp4", "CartPole-v1-episode-1.mp4"]
+    assert all(f.stat().st_size > 1000 for f in files)
+    assert json.loads(report.read_text())["videos"] == [str(f) for f in files]
+    assert "2 MP4" in out
+
+
+@pytest.mark.skipif(importlib.util.find_spec("moviepy") is not None, reason="moviepy is installed")
+def test_video_without_moviepy_names_the_extra(tiny_run, tmp_path, capsys):
+    code = cli.main(["-q", "eval", str(tiny_run(*CARTPOLE) / "bundle"), "--video", str(tmp_path)])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and "orin-rl[video]" in err
