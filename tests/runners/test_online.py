@@ -394,3 +394,22 @@ def test_udp_plant_that_does_not_answer_is_one_line():
         PlantTimeout, match=r"did not answer within 0.2 s; is `orin-rl plant-server`"
     ):
         UdpPlant("127.0.0.1", port, timeout_s=0.2)
+
+
+@pytest.mark.gpu
+def test_online_learner_on_cuda_keeps_the_actor_off_the_gpu(tmp_path):
+    """The learner on CUDA (replay buffer, networks, gradient steps there); the actor acts
+    with its numpy copy on the host, so no tick waits behind the learner's kernels."""
+    cfg = online_cfg(**{"train.device": "cuda", "online.control_rate_hz": 500.0,
+                        "train.total_steps": 1500})  # fmt: skip
+    trainer = OnlineTrainer(cfg, tmp_path / "run", progress=False)
+    assert trainer.algo.replay.storage_device.type == "cuda" or trainer.algo.replay.placement in (
+        "managed",
+        "pinned",
+    )
+    summary = trainer.learn()
+    assert summary["device"].startswith("cuda")
+    assert summary["online"]["updates"] > 0 and summary["online"]["weight_swaps"] > 0
+    _, net = trainer.mailbox.latest()
+    assert isinstance(net, NumpyMLP)  # the actor's copy is host memory
+    assert len(trainer.algo.replay) == summary["total_steps"]
