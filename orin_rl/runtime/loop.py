@@ -145,6 +145,8 @@ class ControlLoop:
         self.safe_action = safe_action
         self.clock, self.sleep = clock, sleep
         self.should_stop = should_stop
+        self.next_start_ns: int | None = None
+        """When the iteration after the last one run is due (set by ``run``)."""
         self.period_ns = round(1e9 / cfg.rate_hz) if cfg.rate_hz > 0 else 0
 
     def _wait_until(self, deadline_ns: int) -> None:
@@ -155,8 +157,11 @@ class ControlLoop:
         while self.clock() < deadline_ns:  # busy-wait the last spin_us: sleep overshoots
             pass
 
-    def run(self) -> LoopResult:
-        """Run ``cfg.iterations`` iterations and return their statistics."""
+    def run(self, first_start_ns: int | None = None) -> LoopResult:
+        """Run ``cfg.iterations`` iterations and return their statistics.
+
+        ``first_start_ns``: when the first iteration is due (a run continuing another's
+        schedule passes the previous run's ``next_start_ns``); default now."""
         cfg = self.cfg
         rt = apply_rt_settings(cfg)
         rec = LatencyRecorder(cfg.iterations)
@@ -167,7 +172,7 @@ class ControlLoop:
             gc.collect()
             gc.disable()
         try:
-            next_start = self.clock()
+            next_start = self.clock() if first_start_ns is None else first_start_ns
             previous = next_start
             for _ in range(cfg.iterations):
                 if period:
@@ -194,6 +199,7 @@ class ControlLoop:
                 if self.should_stop is not None and self.should_stop():
                     break
         finally:
+            self.next_start_ns = next_start
             if cfg.disable_gc and gc_was_enabled:
                 gc.enable()
                 gc.collect()
