@@ -454,11 +454,15 @@ class Trainer:
         log.info("torch.compile on: the first iterations include compile time")
 
     # ------------------------------------------------------------- bookkeeping
-    def _periodic_eval(self, record: dict[str, Any], elapsed: float) -> None:
-        # New episodes each time (seeds move with the iteration), so a streak of solved
-        # evaluations is not one lucky set of start states seen again and again.
+    def _periodic_eval(
+        self, record: dict[str, Any], elapsed: float, index: int | None = None
+    ) -> None:
+        # New episodes each time (seeds move with the iteration, or the caller's evaluation
+        # index), so a streak of solved evaluations is not one lucky set of start states seen
+        # again and again.
         started = time.perf_counter()
-        returns = self._evaluate(seed_offset=10_000 + 1_000 * self.algo.iteration)
+        index = self.algo.iteration if index is None else index
+        returns = self._evaluate(seed_offset=10_000 + 1_000 * index)
         self.eval_time_s += time.perf_counter() - started
         record["eval/return_mean"] = statistics.fmean(returns)
         record["eval/return_std"] = statistics.pstdev(returns)
@@ -667,8 +671,13 @@ class Trainer:
             "world_size": self.dist.world_size,
             "num_agents": self.num_agents,
             "best_agent": self._best_agent(),
+            **self._extra_state(),
         }
         save_checkpoint(state, self.run_dir / "checkpoint.pt")
+
+    def _extra_state(self) -> dict[str, Any]:
+        """What a subclass adds to checkpoint.pt (plain values)."""
+        return {}
 
     def _cuda_rng(self) -> dict[str, torch.Tensor]:
         if self.device.type != "cuda":
