@@ -283,6 +283,12 @@ class OnlineConfig:
     """Tighter lower action limits than the env's (None: the env's)."""
     action_high: list[float] | None = None
     """Tighter upper action limits than the env's (None: the env's)."""
+    log_every_s: float = 1.0
+    """Seconds between metrics records of an online run (train.log_every counts iterations,
+    which online are env steps)."""
+    checkpoint_every_s: float = 60.0
+    """Seconds between checkpoints of an online run; each carries the replay buffer (and
+    always one at the end, on the stop file or a signal)."""
     stop_file: str = "STOP"
     """Creating this file in the run folder ends learning cleanly, with a checkpoint."""
     actor_cpu: int | None = None
@@ -556,6 +562,8 @@ def validate(cfg: Config) -> None:
         }.items():
             if not value > 0:
                 raise ConfigError(f"{key}: must be positive, got {value}")
+        if not (on.log_every_s > 0 and on.checkpoint_every_s > 0):
+            raise ConfigError("online.log_every_s and online.checkpoint_every_s must be positive")
         if on.watchdog_periods < 0 or on.learner_stall_s < 0:
             raise ConfigError("online.watchdog_periods and online.learner_stall_s must be >= 0")
     if cfg.dqn.n_step < 1:

@@ -21,10 +21,11 @@ replaces the mailbox's one reference (atomic in CPython); the actor picks the ne
 up at the start of a tick and uses it for the whole tick. The actor never sees a network that
 is being written, and the swap costs the tick nothing but a pointer read.
 
-Threads, not processes: a tick holds the GIL for ~0.1 ms of Python and the learner's torch
-operators release it while they compute; the switch interval is lowered to 0.5 ms for the
-run so the actor waits at most that long for it. ``docs/benchmarks/online_cpu.md`` holds the
-deadline figures this choice rests on.
+Threads, not processes: a tick is a short stretch of Python holding the GIL, and the
+learner's torch operators release it while they compute; the switch interval is lowered to
+0.5 ms for the run so the actor waits about that long for it at most once a tick (its policy
+is a numpy copy: no torch call, each of which would hand the GIL back). The deadline figures
+this choice rests on, with and without the learner, are in ``docs/benchmarks/online_cpu.md``.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ import contextlib
 import copy
 import importlib
 import logging
+import signal
 import statistics
 import sys
 import threading
@@ -117,10 +119,19 @@ class GymPlant(Plant):
     that step's outcome when the next tick reads it (the control loop sleeps to the rate in
     between, as a robot's period would pass)."""
 
-    def __init__(self, env_id: str, max_episode_steps: int | None = None):
+    def __init__(
+        self,
+        env_id: str,
+        max_episode_steps: int | None = None,
+        env_config: dict[str, Any] | None = None,
+    ):
         super().__init__()
-        kwargs = {} if max_episode_steps is None else {"max_episode_steps": max_episode_steps}
-        self.env = gym.make(env_id, **kwargs)
+        from orin_rl.env_factory import make_env
+
+        config = dict(env_config or {})
+        if max_episode_steps is not None:
+            config["max_episode_steps"] = max_episode_steps
+        self.env = make_env(env_id, config)
         self.observation_space = self.env.observation_space
         self.action_space = self.env.action_space
         self._feedback: Feedback | None = None
@@ -145,11 +156,12 @@ class GymPlant(Plant):
         self.env.close()
 
 
-def make_plant(spec: str, env_id: str, max_episode_steps: int | None = None) -> Plant:
-    """``gym`` (env_id in real time), ``udp://HOST:PORT`` (orin_rl.runners.plant_udp's
+def make_plant(spec: str, env_id: str, env_config: dict[str, Any] | None = None) -> Plant:
+    """``gym`` (env_id in real time, made as training makes it: ``env_config`` holds the
+    run's time limit, kwargs and wrappers), ``udp://HOST:PORT`` (orin_rl.runners.plant_udp's
     protocol) or ``module:factory`` (a callable returning a Plant; it gets env_id)."""
     if spec == "gym":
-        return GymPlant(env_id, max_episode_steps)
+        return GymPlant(env_id, env_config=env_config)
     if spec.startswith("udp://"):
         from orin_rl.runners.plant_udp import UdpPlant
 
@@ -173,9 +185,8 @@ def make_plant(spec: str, env_id: str, max_episode_steps: int | None = None) -> 
 # ---------------------------------------------------------------------------- hand-over
 class NumpyMLP:
     """A copy of an ``nn.Sequential`` MLP (Linear layers and ReLU/Tanh/ELU) evaluated with
-    numpy: the actor's tick then makes no torch call, and each torch call would release the
-    GIL to the learner and wait up to a switch interval to get it back (measured: tick p99
-    6.0 ms with a torch actor against the learner, docs/benchmarks/online_cpu.md)."""
+    numpy: the actor's tick then makes no torch call, each of which would release the GIL to
+    the learner and wait up to a switch interval to get it back."""
 
     ACTS: ClassVar[dict[str, Any]] = {
         "ReLU": lambda x: np.maximum(x, 0.0),
@@ -268,6 +279,13 @@ class Actor:
         self.t, self.plant = t, plant
         self.cfg = t.cfg.online
         spec = t.policy_spec
+        for key in ("safe_action", "action_low", "action_high"):
+            value = getattr(self.cfg, key)
+            if value is not None and len(value) != spec.action_dim:
+                raise OnlineError(
+                    f"online.{key}: {len(value)} values for {spec.action_dim} action "
+                    f"dimension(s) of {t.cfg.env.env_id}; give one per dimension"
+                )
         low = np.asarray(spec.action_low, dtype=np.float32)
         high = np.asarray(spec.action_high, dtype=np.float32)
         if self.cfg.action_low is not None:
@@ -297,6 +315,14 @@ class Actor:
         self.episode_returns: deque[float] = deque()
         self.episode_lengths: deque[int] = deque()
         self.heartbeat_ns = time.monotonic_ns()
+        self.resetting = False
+        """Inside ``plant.reset``: the watchdog leaves a reset alone (it takes its own time)."""
+        self.watchdog_sends = 0
+        """Safe actions the watchdog sent; a transition spanning one is dropped (two plant steps,
+        not one)."""
+        self._sent_gen = 0
+        self.dropped = 0
+        """Transitions dropped because a watchdog send fell inside them."""
         self.stop = threading.Event()
         self.error: BaseException | None = None
         self.rt_settings: dict[str, str] = {}
@@ -310,8 +336,14 @@ class Actor:
     def _sensor(self) -> np.ndarray | None:
         if self._action is not None:  # the outcome of the last tick's action
             fb = self.plant.receive()
-            self.queue.append((self._obs, self._action, fb.reward, fb.obs, float(fb.terminated)))
-            self.steps += 1
+            if self.watchdog_sends == self._sent_gen:
+                self.queue.append(
+                    (self._obs, self._action, fb.reward, fb.obs, float(fb.terminated))
+                )
+                self.steps += 1
+            else:  # the watchdog stepped the plant in between: not one (s, a, r, s')
+                self._sent_gen = self.watchdog_sends
+                self.dropped += 1
             self._ret += fb.reward
             self._len += 1
             if fb.terminated or fb.truncated:
@@ -346,6 +378,7 @@ class Actor:
         if action is None:
             return
         with self.plant.lock:
+            self._sent_gen = self.watchdog_sends
             self.plant.send(action)
         self._action = action
 
@@ -355,11 +388,21 @@ class Actor:
         try:
             episode = 0
             self._episode_over = True
+            next_start: int | None = None
             while not self.stop.is_set():
                 if self._episode_over:  # a new episode: reset outside the deadline accounting
-                    self._obs = self.plant.reset(seed=tcfg.seed + 100_000 + self.t.episodes_done())
+                    self.resetting = True
+                    try:
+                        with self.plant.lock:
+                            self._obs = self.plant.reset(
+                                seed=tcfg.seed + 100_000 + self.t.episodes_done()
+                            )
+                    finally:
+                        self.heartbeat_ns = time.monotonic_ns()
+                        self.resetting = False
                     self._action, self._episode_over = None, False
                     self._ret, self._len = 0.0, 0
+                    next_start = None  # a new episode starts its schedule now
                 self.heartbeat_ns = time.monotonic_ns()
                 # An episode runs as loops of TICKS_PER_LOOP ticks (the recorder preallocates
                 # and writes its samples up front); a loop ends early when the episode does.
@@ -375,7 +418,9 @@ class Actor:
                     ),
                     should_stop=lambda: self._episode_over or self.stop.is_set(),
                 )
-                result = loop.run()
+                # An episode longer than one loop keeps its schedule across the split.
+                result = loop.run(first_start_ns=next_start)
+                next_start = None if self._episode_over else loop.next_start_ns
                 if episode == 0:
                     self.rt_settings = result.rt_settings
                 self.ticks += result.iterations
@@ -428,7 +473,8 @@ class OnlineTrainer(Trainer):
         self.weight_swaps_published = 0
         self.watchdog_trips = 0
         self._base_steps = self.algo.env_steps  # from an earlier process of this run
-        self._base_episodes = 0
+        # set by _restore (called inside Trainer.__init__) on a resume
+        self._base_episodes = getattr(self, "_base_episodes", 0)
         self._actor: Actor | None = None
         self._pending_due = False  # the learner has updates due (for the stall check)
 
@@ -453,9 +499,18 @@ class OnlineTrainer(Trainer):
     def learn(self) -> dict[str, Any]:
         cfg = self.cfg
         ocfg = cfg.online
-        plant = make_plant(ocfg.plant, cfg.env.env_id, cfg.env.max_episode_steps)
-        self._check_plant(plant)
-        actor = self._actor = Actor(self, plant)
+        env_config = {
+            "max_episode_steps": cfg.env.max_episode_steps,
+            "kwargs": cfg.env.kwargs,
+            "wrappers": cfg.env.wrappers,
+        }
+        plant = make_plant(ocfg.plant, cfg.env.env_id, env_config)
+        try:
+            self._check_plant(plant)
+            actor = self._actor = Actor(self, plant)
+        except BaseException:
+            plant.close()
+            raise
         self._warm_up(actor)
         logger = MetricsLogger(self.run_dir, cfg.train.tensorboard)
         self.monitor = jetson.start_monitor(cfg.train.power_monitor)
@@ -475,20 +530,23 @@ class OnlineTrainer(Trainer):
             initial=self.global_step,
             unit="step",
             dynamic_ncols=True,
-            disable=not self.progress,
+            disable=self.progress != "bar",
             desc=f"{cfg.env.env_id} online {ocfg.control_rate_hz:g} Hz",
         )
         period_ns = 1e9 / ocfg.control_rate_hz
         stop_reason = "total_steps"
         shown = self.global_step
+        last_line = time.perf_counter()
         try:
             with _StopRequest() as signals:
                 learner.start()
+                actor.heartbeat_ns = time.monotonic_ns()  # the warm-up is not a stall
                 actor_thread.start()
                 while True:  # the supervisor
                     time.sleep(min(0.01, period_ns / 2e9))
                     if (
                         ocfg.watchdog_periods
+                        and not actor.resetting
                         and time.monotonic_ns() - actor.heartbeat_ns
                         > ocfg.watchdog_periods * period_ns
                         and not self.stop.is_set()
@@ -498,9 +556,14 @@ class OnlineTrainer(Trainer):
                     if self.global_step > shown:
                         bar.update(self.global_step - shown)
                         shown = self.global_step
+                    if self.progress == "lines" and time.perf_counter() - last_line >= 10:
+                        last_line = time.perf_counter()
+                        log.info(
+                            "%s online: step %d / %d, %d ticks, %d deadline misses, %d updates",
+                            cfg.env.env_id, self.global_step, cfg.train.total_steps,
+                            actor.ticks, actor.deadline_misses, self.algo.grad_steps,
+                        )  # fmt: skip
                     if signals.signum is not None:
-                        import signal
-
                         stop_reason = signal.Signals(signals.signum).name
                         break
                     if stop_file.exists():
@@ -516,7 +579,7 @@ class OnlineTrainer(Trainer):
                         stop_reason = "error"
                         break
         except BaseException:
-            if self.monitor is not None:  # never leave a tegrastats process behind
+            if self.monitor is not None:  # a second Ctrl-C: no tegrastats process left behind
                 self.monitor.stop()
             raise
         finally:
@@ -528,15 +591,25 @@ class OnlineTrainer(Trainer):
             bar.close()
             logger.close()
             plant.close()
+            stuck = [t.name for t in (actor_thread, learner) if t.is_alive()]
+            failed = stuck or actor.error is not None or self.learner_error is not None
+            if failed and self.monitor is not None:  # never leave a tegrastats process behind
+                self.monitor.stop()
+        if stuck:  # saving now would race a thread still using the policy and the buffer
+            raise OnlineError(
+                f"online run: {', '.join(stuck)} did not stop (a plant call or a gradient step "
+                f"that never returns); the last periodic checkpoint in {self.run_dir} is kept"
+            )
+        self._drain()  # what the actor queued after the learner's last drain
+        self.global_step = self.algo.env_steps
+        elapsed = self.time_offset + time.perf_counter() - start
         for error in (actor.error, self.learner_error):
             if error is not None:
-                self._save(self.time_offset + time.perf_counter() - start)
+                self._save(elapsed)
                 raise OnlineError(
                     f"online run stopped: {type(error).__name__}: {error} (checkpoint saved; "
                     f"fix the cause and resume with orin-rl train --resume {self.run_dir})"
                 ) from error
-        self.global_step = self.algo.env_steps
-        elapsed = self.time_offset + time.perf_counter() - start
         self._save(elapsed)
         if stop_reason == "stop_file":
             stop_file.unlink(missing_ok=True)
@@ -584,7 +657,10 @@ class OnlineTrainer(Trainer):
         )
         if plant.lock.acquire(timeout=0.05):
             try:
+                actor.watchdog_sends += 1  # the transition this send falls into is dropped
                 plant.send(actor.safe_action)
+            except Exception as exc:  # the supervisor must go on (and stop the run cleanly)
+                log.error("watchdog: sending the safe action failed: %s", exc)
             finally:
                 plant.lock.release()
         else:  # the actor holds the plant inside send(): nothing more can be done from here
@@ -623,9 +699,10 @@ class OnlineTrainer(Trainer):
         return n
 
     def _learner_loop(self, logger: MetricsLogger, start: float) -> None:
-        cfg, algo, _actor = self.cfg, self.algo, self._actor
+        cfg, algo = self.cfg, self.algo
         ocfg, scfg, tcfg = cfg.online, cfg.sac, cfg.train
-        last_sync = last_log = last_eval = last_ckpt = algo.env_steps
+        last_sync = last_eval = algo.env_steps
+        last_log = last_ckpt = time.perf_counter()
         losses_sum: torch.Tensor | None = None
         losses_n = 0
         self.updates_this_process = 0
@@ -644,29 +721,32 @@ class OnlineTrainer(Trainer):
                 losses_n += 1
                 algo.grad_steps += 1
                 self.updates_this_process += 1
-                self.learner_heartbeat = time.monotonic()
             else:
-                self.learner_heartbeat = time.monotonic()
                 time.sleep(0.0005)  # waiting for data: let the actor have the core
+            self.learner_heartbeat = time.monotonic()
             if steps - last_sync >= ocfg.weight_sync_every and algo.grad_steps:
                 self.mailbox.publish(algo.policy.actor)
                 self.weight_swaps_published += 1
                 last_sync = steps
             algo.iteration = steps
-            elapsed = self.time_offset + time.perf_counter() - start
+            now = time.perf_counter()
+            elapsed = self.time_offset + now - start
             record: dict[str, Any] | None = None
-            if steps - last_log >= tcfg.log_every:
-                last_log = steps
+            if now - last_log >= ocfg.log_every_s:
+                last_log = now
                 record = self._record(steps, elapsed, start, losses_sum, losses_n)
                 losses_sum, losses_n = None, 0
+            # Evaluation and checkpoints are the learner's own work, not a stall.
+            self._pending_due = False
             if tcfg.eval_every and steps - last_eval >= tcfg.eval_every:
                 last_eval = steps
                 record = record or self._record(steps, elapsed, start, None, 0)
-                self._periodic_eval(record, elapsed)
+                # seeds by evaluation count: they never reach the verdict's
+                self._periodic_eval(record, elapsed, index=steps // tcfg.eval_every)
             if record is not None:
                 logger.log(record)
-            if steps - last_ckpt >= tcfg.checkpoint_every:
-                last_ckpt = steps
+            if now - last_ckpt >= ocfg.checkpoint_every_s:
+                last_ckpt = now
                 self._save(elapsed)
             if steps >= tcfg.total_steps:
                 self._learner_reason = "total_steps"
@@ -681,8 +761,16 @@ class OnlineTrainer(Trainer):
             elif tcfg.max_wall_s is not None and time.perf_counter() - start >= tcfg.max_wall_s:
                 self._learner_reason = "max_wall_s"
                 self.stop.set()
+            self.learner_heartbeat = time.monotonic()
         # the supervisor stopped us, or we stopped: last transitions into the buffer
         self._drain()
+
+    def _extra_state(self) -> dict[str, Any]:
+        return {"online_episodes": self.episodes_done()}
+
+    def _restore(self, state: dict[str, Any]) -> None:
+        super()._restore(state)
+        self._base_episodes = int(state.get("online_episodes", 0))
 
     def _record(self, steps, elapsed, start, losses_sum, losses_n) -> dict[str, Any]:
         actor = self._actor

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import socket
 import sys
@@ -41,6 +42,7 @@ def online_cfg(**sets) -> Config:
         "train.eval_episodes": 2,
         "train.tensorboard": False,
         "train.log_every": 100,
+        "online.log_every_s": 0.1,
         "train.checkpoint_every": 10_000,
         "train.power_monitor": "off",
         "sac.learning_starts": 64,
@@ -247,19 +249,29 @@ class _HangingPlant(GymPlant):
     """Pendulum whose sensor read hangs once (a stuck driver), recording every action sent and
     the thread that sent it."""
 
-    def __init__(self, hang_at: int, hang_s: float):
+    def __init__(self, hang_at: int, hang_s: float, reset_s: float = 0.0):
         super().__init__("Pendulum-v1")
-        self.hang_at, self.hang_s, self.reads = hang_at, hang_s, 0
-        self.sent: list[tuple[str, np.ndarray]] = []
+        self.hang_at, self.hang_s, self.reads, self.reset_s = hang_at, hang_s, 0, reset_s
+        self.hung_at: int | None = None
+        self.sent: list[tuple[str, int, np.ndarray]] = []
+        self.resets: list[tuple[int, int]] = []
+
+    def reset(self, seed=None):
+        began = time.monotonic_ns()
+        time.sleep(self.reset_s)  # a robot walking back to its start pose
+        obs = super().reset(seed)
+        self.resets.append((began, time.monotonic_ns()))
+        return obs
 
     def receive(self) -> Feedback:
         self.reads += 1
         if self.reads == self.hang_at:
+            self.hung_at = time.monotonic_ns()
             time.sleep(self.hang_s)
         return super().receive()
 
     def send(self, action):
-        self.sent.append((threading.current_thread().name, np.array(action)))
+        self.sent.append((threading.current_thread().name, time.monotonic_ns(), np.array(action)))
         super().send(action)
 
 
@@ -273,12 +285,33 @@ def test_watchdog_sends_the_safe_action_when_the_actor_hangs(tmp_path, monkeypat
             "online.safe_action": [0.5],
         }
     )
-    summary = train(cfg, tmp_path / "run", progress=False)
+    trainer = OnlineTrainer(cfg, tmp_path / "run", progress=False)
+    summary = trainer.learn()
     assert summary["online"]["watchdog_trips"] >= 1
-    from_watchdog = [a for name, a in plant.sent if name != "orin-rl-actor"]
-    assert from_watchdog and all(np.allclose(a, [0.5]) for a in from_watchdog)
+    from_watchdog = [(t, a) for name, t, a in plant.sent if name != "orin-rl-actor"]
+    assert from_watchdog and all(np.allclose(a, [0.5]) for _, a in from_watchdog)
+    # it sent while the sensor read hung, not at start-up
+    assert all(plant.hung_at <= t <= plant.hung_at + 0.3e9 for t, _ in from_watchdog)
     # ... and the stuck tick counts as a deadline miss
     assert summary["online"]["deadline_misses"] >= 1
+    # the watchdog's step falls inside one transition: that one is dropped, so every stored
+    # transition is one step of Pendulum's dynamics from its (s, a)
+    assert trainer._actor.dropped >= 1
+    _assert_one_step_each(trainer.algo.replay)
+
+
+def _assert_one_step_each(replay) -> None:
+    n = len(replay)
+    obs, actions = replay.field("obs")[:n].numpy(), replay.field("actions")[:n].numpy()
+    next_obs = replay.field("next_obs")[:n].numpy()
+    env = GymPlant("Pendulum-v1")
+    env.reset(seed=0)
+    pend = env.env.unwrapped
+    for i in range(n):
+        cos, sin, thdot = obs[i].astype(np.float64)
+        pend.state = np.array([np.arctan2(sin, cos), thdot])
+        env.send(actions[i])
+        np.testing.assert_allclose(env.receive().obs, next_obs[i], rtol=1e-4, atol=1e-4)
 
 
 def test_actor_holds_the_safe_action_while_the_learner_stalls(tmp_path, monkeypatch):
@@ -304,9 +337,11 @@ def test_actor_holds_the_safe_action_while_the_learner_stalls(tmp_path, monkeypa
     )
     summary = train(cfg, tmp_path / "run", progress=False)
     safe_ticks = summary["online"]["safe_action_ticks"]
-    assert safe_ticks >= 50  # ~0.4 s of a 500 Hz loop past the 0.2 s limit
-    actor_sent = [a for name, a in plant.sent if name == "orin-rl-actor"]
+    assert safe_ticks >= 1
+    actor_sent = [a for name, _, a in plant.sent if name == "orin-rl-actor"]
     assert sum(np.allclose(a, [-0.25]) for a in actor_sent) >= safe_ticks
+    # and it acted again once the learner was back: the last actions are not the safe one
+    assert not all(np.allclose(a, [-0.25]) for a in actor_sent[-20:])
 
 
 def test_stop_file_ends_cleanly_and_resume_continues(tmp_path):
@@ -317,7 +352,8 @@ def test_stop_file_ends_cleanly_and_resume_continues(tmp_path):
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             metrics = run / "metrics.jsonl"
-            if metrics.exists() and len(metrics.read_text().splitlines()) >= 3:
+            lines = metrics.read_text().splitlines() if metrics.exists() else []
+            if lines and json.loads(lines[-1])["global_step"] >= 300:
                 (run / "STOP").touch()
                 return
             time.sleep(0.05)
@@ -340,6 +376,7 @@ def test_stop_file_ends_cleanly_and_resume_continues(tmp_path):
     for k, v in trainer.algo.policy.state_dict().items():
         assert torch.equal(v, weights[k]), k
     assert trainer.algo.grad_steps == state["algo"]["grad_steps"]
+    assert trainer.episodes_done() == state["online_episodes"] >= 1  # new seeds, not the old
     second = trainer.learn()
     assert second["stop_reason"] == "total_steps"
     assert second["total_steps"] >= steps + 200
@@ -380,8 +417,6 @@ def test_udp_plant_matches_gymnasium_and_trains(tmp_path):
     closer.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     closer.sock.settimeout(2.0)
     closer._io = threading.Lock()
-    import itertools
-
     closer._seq = itertools.count(1)
     assert closer._call({"op": "close"}) == {"ok": True, "seq": 1}
     server.join(5)
@@ -413,3 +448,87 @@ def test_online_learner_on_cuda_keeps_the_actor_off_the_gpu(tmp_path):
     _, net = trainer.mailbox.latest()
     assert isinstance(net, NumpyMLP)  # the actor's copy is host memory
     assert len(trainer.algo.replay) == summary["total_steps"]
+
+
+def test_watchdog_leaves_a_long_reset_alone(tmp_path, monkeypatch):
+    """A reset that takes 60 periods (a robot walking back) is not a stuck tick: no trip, and
+    nothing is sent to the plant while it resets."""
+    plant = _HangingPlant(hang_at=-1, hang_s=0, reset_s=0.3)
+    monkeypatch.setattr(online, "make_plant", lambda *a, **k: plant)
+    cfg = online_cfg(**{"train.total_steps": 450, "online.control_rate_hz": 200.0})
+    summary = train(cfg, tmp_path / "run", progress=False)
+    assert summary["online"]["watchdog_trips"] == 0
+    assert len(plant.resets) >= 2
+    for began, ended in plant.resets:
+        assert not any(began <= t <= ended for _, t, _ in plant.sent)
+
+
+def test_a_long_episode_keeps_its_schedule_across_loops(tmp_path, monkeypatch):
+    """An episode spans several ControlLoop runs: the split must not send two actions back
+    to back (a new loop used to start its first tick at once)."""
+    monkeypatch.setattr(online, "TICKS_PER_LOOP", 7)
+    plant = _HangingPlant(hang_at=-1, hang_s=0)
+    monkeypatch.setattr(online, "make_plant", lambda *a, **k: plant)
+    cfg = online_cfg(**{"train.total_steps": 150, "online.control_rate_hz": 100.0})
+    train(cfg, tmp_path / "run", progress=False)
+    times = np.array([t for name, t, _ in plant.sent if name == "orin-rl-actor"])
+    resets = [ended for _, ended in plant.resets]
+    gaps = [b - a for a, b in itertools.pairwise(times) if not any(a <= r <= b for r in resets)]
+    # A split every 7 ticks: with a schedule restarted at each, about one gap in 7 would be a
+    # back-to-back send (~the tick's latency); a late tick on a 2-core box shortens a gap too,
+    # but rarely, so the count of near-zero gaps tells the two apart.
+    splits = len(gaps) // 7
+    back_to_back = sum(g < 2_000_000 for g in gaps)
+    assert splits >= 15 and back_to_back < splits / 4, (back_to_back, splits)
+
+
+def test_action_settings_of_the_wrong_size_are_one_line(tmp_path):
+    cfg = online_cfg(**{"online.safe_action": [0.0, 0.0]})
+    trainer = OnlineTrainer(cfg, tmp_path / "run", progress=False)
+    with pytest.raises(online.OnlineError, match=r"online\.safe_action: 2 values for 1 action"):
+        trainer.learn()
+
+
+def test_gym_plant_is_made_as_training_makes_the_env():
+    plant = online.make_plant(
+        "gym",
+        "Pendulum-v1",
+        {
+            "max_episode_steps": 17,
+            "kwargs": {"g": 3.0},
+            "wrappers": [
+                {"wrapper": "gymnasium.wrappers:ClipReward", "kwargs": {"min_reward": -1.0}}
+            ],
+        },
+    )
+    assert plant.env.unwrapped.g == 3.0
+    assert type(plant.env).__name__ == "ClipReward"
+    plant.reset(seed=0)
+    for _ in range(17):
+        plant.send(np.array([2.0], np.float32))
+        assert plant.receive().reward >= -1.0  # Pendulum's reward reaches -16 unclipped
+    assert plant.receive().truncated
+
+
+def test_plant_server_survives_bad_requests_and_answers_them():
+    port = _free_port()
+    ready = threading.Event()
+    server = threading.Thread(target=serve, args=("Pendulum-v1", "127.0.0.1", port),
+                              kwargs={"ready": ready}, daemon=True)  # fmt: skip
+    server.start()
+    assert ready.wait(10)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.settimeout(2.0)
+    try:
+        for payload, seq in ((b"[1]", None), (b"not json", None),
+                             (json.dumps({"op": "step", "seq": 9}).encode(), 9)):  # fmt: skip
+            sock.sendto(payload, ("127.0.0.1", port))
+            reply = json.loads(sock.recv(65_507))
+            assert "bad request" in reply["error"] and reply["seq"] == seq
+        plant = UdpPlant("127.0.0.1", port)  # the server is still up
+        assert plant.reset(seed=0).shape == (3,)
+        assert plant._call({"op": "close"})["ok"] is True
+        plant.close()
+    finally:
+        sock.close()
+    server.join(5)
