@@ -136,8 +136,11 @@ def serve(
     try:
         while True:
             data, client = sock.recvfrom(MAX_DATAGRAM)
+            seq = None
             try:
                 msg = json.loads(data)
+                if not isinstance(msg, dict):
+                    raise TypeError(f"expected a JSON object, got {type(msg).__name__}")
                 op, seq = msg.get("op"), msg.get("seq")
                 if op == "spaces":
                     reply = {
@@ -162,7 +165,7 @@ def serve(
                 else:
                     reply = {"error": f"unknown op {op!r}"}
             except (ValueError, KeyError, TypeError) as exc:  # a bad request, not a dead server
-                reply, seq = {"error": f"bad request: {exc}"}, None
+                reply = {"error": f"bad request: {exc}"}  # with its seq, where it had one
             sock.sendto(json.dumps({**reply, "seq": seq}).encode(), client)
     finally:
         sock.close()
