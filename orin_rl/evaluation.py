@@ -112,7 +112,8 @@ def evaluate_policy(
     try:
         returns, lengths = _episodes(policy, gym_env, episodes, seed, deterministic)
     finally:
-        gym_env.close()  # RecordVideo writes the last episode's file on close
+        if gym_env is not env:  # ours to close (a caller's env stays open for the caller)
+            gym_env.close()  # RecordVideo writes the last episode's file on close
     videos = None
     if video_dir is not None:
         prefix = _video_prefix(env_id)

@@ -126,3 +126,18 @@ def test_video_without_moviepy_names_the_extra(tiny_run, tmp_path, capsys):
     code = cli.main(["-q", "eval", str(tiny_run(*CARTPOLE) / "bundle"), "--video", str(tmp_path)])
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1 and "orin-rl[video]" in err
+
+
+def test_a_callers_env_stays_open(tiny_run):
+    """evaluate_policy closes the envs it makes, never one the caller passed in."""
+    import gymnasium as gym
+
+    run = tiny_run(*CARTPOLE)
+    policy = orin_rl.load_policy(run / "bundle")
+    env = gym.make("CartPole-v1")
+    closed = []
+    env.close = lambda: closed.append(True)  # what a closed env would record
+    evaluate_policy(policy, env, episodes=1, seed=0)
+    assert not closed
+    env.reset(seed=0)  # still usable
+    policy.close()
