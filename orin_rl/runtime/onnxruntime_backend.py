@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -167,6 +168,7 @@ class OnnxRuntimeBackend(Backend):
         self.session = None
         self.provider = None
         self._bindings: dict[int, tuple[Any, np.ndarray, np.ndarray]] = {}
+        self._lock = threading.Lock()
 
     def provider_candidates(
         self, available: list[str], ort=None
@@ -240,6 +242,10 @@ class OnnxRuntimeBackend(Backend):
         self._bindings[len(obs)] = (binding, in_buf, out_buf)
 
     def infer_impl(self, obs: np.ndarray) -> np.ndarray:
+        with self._lock:  # the bound buffers are shared: one call at a time uses them
+            return self._infer_bound(obs)
+
+    def _infer_bound(self, obs: np.ndarray) -> np.ndarray:
         bound = self._bindings.get(len(obs))
         if bound is None:  # first call at this batch: plain run, which also gives the shapes
             action = self.session.run(self._outputs, {self._input: obs})[0]
