@@ -2,23 +2,9 @@
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from orin_rl.runtime.graph_cache import GraphCache
-
-
-class Buffers:
-    """Stands in for a backend's I/O: reallocated (new address) whenever asked."""
-
-    def __init__(self):
-        self.generation = 0
-        self.data: dict[int, np.ndarray] = {}
-
-    def allocate(self, batch: int) -> int:
-        self.generation += 1
-        self.data = {self.generation: np.zeros(batch)}
-        return self.generation
 
 
 def capture_recorder(log):
@@ -41,15 +27,26 @@ class TestKeys:
 
     def test_back_to_a_batch_after_reallocation_captures_again(self):
         """The TensorRT defect: batch 1 → 7 reallocated the buffers, and going back to 1
-        replayed the batch-1 graph on freed addresses. Keyed on (batch, address), the way
-        back is a new key."""
-        buffers, log = Buffers(), []
+        replayed the batch-1 graph on freed addresses. The backend's own key (its
+        ``_key``, on a stand-in runner: no TensorRT here) must tell those apart."""
+        from orin_rl.runtime.tensorrt_backend import TensorRTBackend
+
+        class Runner:  # what _key reads of the engine runner: batch and buffer addresses
+            batch, addresses = 1, (1000, 2000)
+
+        backend = object.__new__(TensorRTBackend)
+        backend.runner = Runner()
+        log = []
         cache = GraphCache(capture_recorder(log), max_graphs=4)
-        for batch in (1, 7, 1):
-            address = buffers.allocate(batch)
-            graph = cache.get((batch, address))
-            assert graph["key"][1] in buffers.data, "replayed a graph over freed buffers"
-        assert [k[0] for k in log] == [1, 7, 1]
+        captured_on = []
+        for batch, addresses in ((1, (1000, 2000)), (7, (3000, 4000)), (1, (5000, 6000))):
+            backend.runner.batch, backend.runner.addresses = batch, addresses
+            graph = cache.get(backend._key())
+            captured_on.append(graph["key"])
+        assert captured_on[2] != captured_on[0], "replayed a graph over freed buffers"
+        assert len(log) == 3
+        backend.runner.batch, backend.runner.addresses = 1, (5000, 6000)  # same again: replay
+        assert cache.get(backend._key()) is cache.get(backend._key()) and len(log) == 3
 
     def test_one_graph_at_a_time_releases_the_old_one(self):
         released, log = [], []
