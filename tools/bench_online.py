@@ -60,6 +60,32 @@ DROQ = ["--set", "sac.critic_dropout=0.01", "--set", "sac.critic_layer_norm=true
 """DroQ critics (Hiraoka et al. 2021: dropout 0.01 + LayerNorm), for update-to-data > 1."""
 
 
+def _solve_fields(s: dict) -> dict:
+    """When the run first reached the threshold, and how it ended."""
+    solved_at = s["solved_at"]
+    return {
+        "stop_reason": s["stop_reason"],
+        "solved": s["solved"],
+        "wall_to_threshold_s": solved_at["time_s"] if solved_at else None,
+        "steps_to_threshold": solved_at["global_step"] if solved_at else None,
+        "wall_to_solved_stop_s": s["wall_time_s"] if s["stop_reason"] == "solved" else None,
+        "final_eval": s["eval_return_mean"],
+        "env_steps": s["total_steps"],
+    }
+
+
+def _tick_fields(on: dict) -> dict:
+    """The control loop's figures from summary.json's online section."""
+    return {
+        "ticks": on["ticks"],
+        "deadline_misses": on["deadline_misses"],
+        "deadline_miss_fraction": on["deadline_miss_fraction"],
+        "tick_p50_us": on["latency_us"].get("p50"),
+        "tick_p99_us": on["latency_us"].get("p99"),
+        "tick_max_us": on["latency_us"].get("max"),
+    }
+
+
 def online_row(rate: float, max_wall: float, work: Path, utd: float = 1.0,
                droq: bool = False) -> dict:  # fmt: skip
     name = f"online-{rate:g}" + (f"-droq-utd{utd:g}" if droq else "")
@@ -69,23 +95,11 @@ def online_row(rate: float, max_wall: float, work: Path, utd: float = 1.0,
                max_wall + 300)  # fmt: skip
     run = work / name
     on = s["online"]
-    solved_at = s["solved_at"]
     return {
         "mode": f"online, DroQ critics, UTD {utd:g}" if droq else f"online, UTD {utd:g}",
         "rate_hz": rate,
-        "stop_reason": s["stop_reason"],
-        "solved": s["solved"],
-        "wall_to_threshold_s": solved_at["time_s"] if solved_at else None,
-        "steps_to_threshold": solved_at["global_step"] if solved_at else None,
-        "wall_to_solved_stop_s": s["wall_time_s"] if s["stop_reason"] == "solved" else None,
-        "final_eval": s["eval_return_mean"],
-        "env_steps": s["total_steps"],
-        "ticks": on["ticks"],
-        "deadline_misses": on["deadline_misses"],
-        "deadline_miss_fraction": on["deadline_miss_fraction"],
-        "tick_p50_us": on["latency_us"].get("p50"),
-        "tick_p99_us": on["latency_us"].get("p99"),
-        "tick_max_us": on["latency_us"].get("max"),
+        **_solve_fields(s),
+        **_tick_fields(on),
         "updates": on["updates"],
         "updates_per_s": on["updates_per_s"],
         "updates_per_env_step": on["updates_per_env_step"],
@@ -106,29 +120,17 @@ def actor_only_row(rate: float, seconds: float, work: Path) -> dict:
     return {
         "mode": "actor only (no learner)",
         "rate_hz": rate,
-        "ticks": on["ticks"],
-        "deadline_misses": on["deadline_misses"],
-        "deadline_miss_fraction": on["deadline_miss_fraction"],
-        "tick_p50_us": on["latency_us"].get("p50"),
-        "tick_p99_us": on["latency_us"].get("p99"),
-        "tick_max_us": on["latency_us"].get("max"),
+        **_tick_fields(on),
     }
 
 
 def offline_row(work: Path) -> dict:
     run = work / "offline"
     s = _train(["--total-steps", "100000"], run, 1200)
-    solved_at = s["solved_at"]
     return {
         "mode": "offline (as fast as the env goes)",
         "rate_hz": None,
-        "stop_reason": s["stop_reason"],
-        "solved": s["solved"],
-        "wall_to_threshold_s": solved_at["time_s"] if solved_at else None,
-        "steps_to_threshold": solved_at["global_step"] if solved_at else None,
-        "wall_to_solved_stop_s": s["wall_time_s"] if s["stop_reason"] == "solved" else None,
-        "final_eval": s["eval_return_mean"],
-        "env_steps": s["total_steps"],
+        **_solve_fields(s),
         "steps_per_s": s["steps_per_s"],
         "curve": _curve(run),
     }

@@ -390,13 +390,19 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_udp_plant_matches_gymnasium_and_trains(tmp_path):
+def _start_server() -> tuple[int, threading.Thread]:
+    """A Pendulum plant server on a free localhost port, in a thread."""
     port = _free_port()
     ready = threading.Event()
     server = threading.Thread(target=serve, args=("Pendulum-v1", "127.0.0.1", port),
                               kwargs={"ready": ready}, daemon=True)  # fmt: skip
     server.start()
     assert ready.wait(10)
+    return port, server
+
+
+def test_udp_plant_matches_gymnasium_and_trains(tmp_path):
+    port, server = _start_server()
     plant = UdpPlant("127.0.0.1", port)
     ref = GymPlant("Pendulum-v1")
     np.testing.assert_allclose(plant.reset(seed=3), ref.reset(seed=3), rtol=1e-6)
@@ -511,12 +517,7 @@ def test_gym_plant_is_made_as_training_makes_the_env():
 
 
 def test_plant_server_survives_bad_requests_and_answers_them():
-    port = _free_port()
-    ready = threading.Event()
-    server = threading.Thread(target=serve, args=("Pendulum-v1", "127.0.0.1", port),
-                              kwargs={"ready": ready}, daemon=True)  # fmt: skip
-    server.start()
-    assert ready.wait(10)
+    port, server = _start_server()
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     sock.settimeout(2.0)
     try:
