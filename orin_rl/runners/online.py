@@ -30,6 +30,7 @@ this choice rests on, with and without the learner, are in ``docs/benchmarks/onl
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import copy
 import importlib
@@ -78,10 +79,12 @@ class Feedback:
     """The episode was cut (time limit, operator): bootstrapping continues past it."""
 
 
-class Plant:
+class Plant(abc.ABC):
     """What the actor drives: a robot, or a simulator standing in for one.
 
-    An adapter for a real robot implements the four methods below; the actor calls them from
+    An adapter for a real robot implements ``reset``, ``send`` and ``receive`` (an adapter
+    missing one cannot be made: Python names the method), and ``close`` where it holds
+    something; the actor calls them from
     its real-time thread, the watchdog calls ``send`` (with the safe action) from another, so
     ``send`` must be safe to call from two threads (the actor holds ``lock`` around its own
     ``send`` calls, the watchdog takes it with a timeout).
@@ -97,20 +100,20 @@ class Plant:
     def __init__(self) -> None:
         self.lock = threading.Lock()
 
+    @abc.abstractmethod
     def reset(self, seed: int | None = None) -> np.ndarray:
         """Start an episode (move to the start pose, wait for the operator, ...) and return
         the first observation. Runs outside the deadline accounting."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def send(self, action: np.ndarray) -> None:
         """Apply ``action`` now (non-blocking: a robot's motors take it from here)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def receive(self) -> Feedback:
         """The feedback one period after the last ``send``: observation, reward, episode end."""
-        raise NotImplementedError
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - optional: a plant holding nothing closes nothing
         """Release the plant (sockets, motors off)."""
 
 
@@ -635,6 +638,10 @@ class OnlineTrainer(Trainer):
         actor.weight_swaps = actor.safe_actions = 0
 
     def _check_plant(self, plant: Plant) -> None:
+        if not isinstance(getattr(plant, "lock", None), type(threading.Lock())):
+            # an adapter whose __init__ did not call Plant.__init__: give it its lock now,
+            # before any thread could race to make one
+            plant.lock = threading.Lock()
         spec = self.policy_spec
         obs_shape = tuple(plant.observation_space.shape or ())
         if obs_shape != tuple(spec.obs_shape) or plant.action_space.shape != (spec.action_dim,):

@@ -40,7 +40,7 @@ def import_cudart():
 
 
 class _CaptureFailed(RuntimeError):
-    pass
+    """A CUDA graph capture of the enqueue failed; the backend falls back to plain enqueue."""
 
 
 class TensorRTBackend(Backend):

@@ -533,3 +533,27 @@ def test_plant_server_survives_bad_requests_and_answers_them():
     finally:
         sock.close()
     server.join(5)
+
+
+def test_incomplete_plant_refused_lockless_plant_gets_a_lock(tmp_path, monkeypatch):
+    class NoReceive(online.Plant):
+        def reset(self, seed=None):
+            return np.zeros(3, np.float32)
+
+        def send(self, action):
+            pass
+
+    with pytest.raises(TypeError, match="receive"):
+        NoReceive()
+
+    class NoInit(GymPlant):
+        def __init__(self):  # forgets Plant.__init__ (and so its lock)
+            self.env = GymPlant("Pendulum-v1").env
+            self.observation_space = self.env.observation_space
+            self.action_space = self.env.action_space
+            self._feedback = None
+
+    plant = NoInit()
+    monkeypatch.setattr(online, "make_plant", lambda *a, **k: plant)
+    summary = train(online_cfg(**{"train.total_steps": 120}), tmp_path / "run", progress=False)
+    assert summary["total_steps"] >= 120 and hasattr(plant, "lock")
