@@ -85,3 +85,26 @@ class GraphedIteration:
         """Run one captured iteration; returns (next observation, gradient steps, epochs)."""
         self.graph.replay()
         return self.static_obs, self.num_updates, self.epochs
+
+
+class GraphedCall:
+    """Captures ``fn() -> (gradient steps, epochs)`` once (run it eagerly first, on a side
+    stream: that warms up cuBLAS and the optimizer state); ``replay`` runs it again."""
+
+    def __init__(self, fn: Any):
+        self.fn = fn
+        self.graph = torch.cuda.CUDAGraph()
+        self.num_updates = 0
+        self.epochs = 0
+
+    def capture(self) -> None:
+        """Record one call (nothing runs until ``replay``)."""
+        torch.cuda.synchronize()
+        with torch.cuda.graph(self.graph):
+            self.num_updates, self.epochs = self.fn()
+        torch.cuda.synchronize()
+
+    def replay(self) -> tuple[None, int, int]:
+        """Run the captured call; returns (None, gradient steps, epochs)."""
+        self.graph.replay()
+        return None, self.num_updates, self.epochs

@@ -26,7 +26,7 @@ from tqdm.auto import tqdm
 
 from orin_rl import config as config_mod
 from orin_rl import distributed, envs, jetson
-from orin_rl.algorithms import PPO
+from orin_rl.algorithms import PPO, fused
 from orin_rl.algorithms.dqn import DQN
 from orin_rl.algorithms.ppo_multi import MultiAgentPPO
 from orin_rl.algorithms.sac import SAC
@@ -43,7 +43,7 @@ from orin_rl.errors import OrinError
 from orin_rl.models import ActorCritic, PolicySpec
 from orin_rl.models.batched import BatchedActorCritic
 from orin_rl.runners.evaluate import evaluate, evaluate_agents, evaluate_batch
-from orin_rl.runners.graphs import GraphedIteration, graph_blocker, nvtx_range
+from orin_rl.runners.graphs import GraphedCall, GraphedIteration, graph_blocker, nvtx_range
 from orin_rl.runners.logger import MetricsLogger, plot_curve, read_metrics
 
 log = logging.getLogger(__name__)
@@ -243,6 +243,7 @@ class Trainer:
         self.policy = self.algo.policy
         self.buffer = self.algo.replay
         self.use_graphs = False
+        self.fused = None
 
     def _make_ppo(self) -> None:
         cfg = self.cfg
@@ -288,6 +289,30 @@ class Trainer:
             self.algo: Any = MultiAgentPPO(*args, **options)
         else:
             self.algo = PPO(*args, **options, dist_ctx=self.dist)
+        self._make_fused()
+
+    def _make_fused(self) -> None:
+        """The fused kernels where they apply (``ppo.fused``); the choice is logged."""
+        cfg = self.cfg
+        self.fused: fused.FusedPPO | None = None
+        if cfg.ppo.fused == "off":
+            return
+        reason = fused.blocker(cfg, self.env, self.policy, self.device, self.dist.enabled)
+        if reason is not None:
+            if cfg.ppo.fused == "on":
+                raise OrinError(f"ppo.fused=on, but {reason}; set ppo.fused=auto or off")
+            if self.device.type == "cuda":
+                log.info("fused PPO kernels off (%s): general path", reason)
+            return
+        update_reason = fused.update_blocker(cfg, self.policy.spec)
+        self.fused = fused.FusedPPO(self.algo, self.env, cfg, fused_update=update_reason is None)
+        if update_reason is None:
+            log.info("fused PPO kernels: one rollout kernel and one update kernel per iteration")
+            if self.use_graphs:
+                log.info("CUDA graphs not needed: an iteration is a handful of launches")
+                self.use_graphs = False
+        else:
+            log.info("fused PPO kernels: rollout fused, update by torch (%s)", update_reason)
 
     # ------------------------------------------------------------------ the loop
     def learn(self) -> dict[str, Any]:
@@ -408,6 +433,8 @@ class Trainer:
     def _iterate(self, obs: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
         """One iteration from ``obs``: a graph replay once captured, else eager."""
         algo, nvtx = self.algo, self.cfg.train.nvtx
+        if self.fused is not None:
+            return self._fused_iterate()
         if self._graph is not None:
             lr = algo.set_learning_rate()
             with nvtx_range("iteration (CUDA graph replay)", nvtx):
@@ -432,6 +459,33 @@ class Trainer:
             torch.cuda.current_stream(self.device).wait_stream(side)
             self._capture(obs)
         return obs, losses
+
+    def _fused_iterate(self) -> tuple[torch.Tensor, dict[str, float]]:
+        """One iteration of the fused kernels (a graph replay when the update is torch's)."""
+        algo, nvtx = self.algo, self.cfg.train.nvtx
+        fused_ppo: fused.FusedPPO = self.fused  # type: ignore[assignment]  # set by the caller
+        lr = algo.set_learning_rate()
+        with nvtx_range("fused iteration", nvtx):
+            if self._graph is not None:
+                _, num_updates, epochs = self._graph.replay()
+            elif self.use_graphs:  # warm up on a side stream, then capture (torch docs)
+                side = torch.cuda.Stream(self.device)
+                side.wait_stream(torch.cuda.current_stream(self.device))
+                with torch.cuda.stream(side):
+                    num_updates, epochs = fused_ppo.iteration(lr)
+                torch.cuda.current_stream(self.device).wait_stream(side)
+                graph = GraphedCall(lambda: fused_ppo.iteration(lr))
+                try:
+                    graph.capture()
+                except Exception as exc:  # stay correct: an eager run is slower, not wrong
+                    log.warning("CUDA graph capture failed (%s); running eagerly", exc)
+                    self.use_graphs = False
+                else:
+                    self._graph = graph
+                    log.info("captured the fused rollout and torch's update in a CUDA graph")
+            else:
+                num_updates, epochs = fused_ppo.iteration(lr)
+        return self.env._observe(self.env.state), algo.finish_update(num_updates, epochs, lr)
 
     def _capture(self, obs: torch.Tensor) -> None:
         graph = GraphedIteration(self.algo, self.env, self.cfg.ppo.num_steps)
@@ -614,6 +668,7 @@ class Trainer:
             "cuda_graphs": self._graph is not None
             or getattr(self.algo, "_graph", None) is not None,
             "compiled": cfg.train.compile,
+            "fused": self._fused_path(),
             "world_size": self.dist.world_size,
             "backend": self.dist.backend or None,
             "num_agents": self.num_agents,
@@ -645,6 +700,12 @@ class Trainer:
         self.env.close()
         return summary
 
+    def _fused_path(self) -> str | None:
+        """Which fused kernels ran: "rollout+update", "rollout" or None (the general path)."""
+        if getattr(self, "fused", None) is None:
+            return None
+        return "rollout+update" if self.fused.fused_update else "rollout"
+
     def _best_agent(self) -> int | None:
         if self.num_agents == 1:
             return None
@@ -658,7 +719,7 @@ class Trainer:
         state = {
             "config": config_mod.to_dict(self.cfg),
             "policy_spec": self.policy_spec.to_dict(),
-            "algo": self.algo.state_dict(),
+            "algo": self._algo_state(),
             "global_step": self.global_step,
             "time_s": elapsed,
             "solved_at": self.solved_at,
@@ -675,6 +736,11 @@ class Trainer:
         }
         save_checkpoint(state, self.run_dir / "checkpoint.pt")
 
+    def _algo_state(self) -> dict[str, Any]:
+        if getattr(self, "fused", None) is not None:
+            self.fused.to_optimizer()  # the fused Adam state in the optimizer's format
+        return self.algo.state_dict()
+
     def _extra_state(self) -> dict[str, Any]:
         """What a subclass adds to checkpoint.pt (plain values)."""
         return {}
@@ -686,6 +752,8 @@ class Trainer:
 
     def _restore(self, state: dict[str, Any]) -> None:
         self.algo.load_state_dict(state["algo"])
+        if getattr(self, "fused", None) is not None:
+            self.fused.from_optimizer()
         self.global_step = int(state["global_step"])
         self.time_offset = float(state["time_s"])
         self.solved_at = state.get("solved_at")

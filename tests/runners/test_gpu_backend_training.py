@@ -65,9 +65,11 @@ def test_cuda_graphs_fall_back_with_a_reason_on_cpu(tmp_path, caplog):
 @pytest.mark.parametrize("graphs", [False, True], ids=["eager", "graphs"])
 @pytest.mark.parametrize("precision", ["fp32", "bf16", "fp16"])
 def test_cuda_cartpole_solves(tmp_path, precision, graphs):
+    """The general path (the fused kernels would take the fp32 rows otherwise)."""
     cfg = _cartpole("cuda", precision=precision, cuda_graphs=graphs)
+    cfg.ppo.fused = "off"
     summary = train(cfg, tmp_path / "run", progress=False)
-    assert summary["cuda_graphs"] is graphs
+    assert summary["cuda_graphs"] is graphs and summary["fused"] is None
     assert summary["eval_return_mean"] >= 475, summary
 
 
@@ -78,6 +80,7 @@ def test_graph_replay_trains_like_the_eager_loop(tmp_path):
     runs = {}
     for graphs in (False, True):
         cfg = _cartpole("cuda", cuda_graphs=graphs, eval_every=0)
+        cfg.ppo.fused = "off"
         cfg.train.total_steps = 10 * cfg.batch_size
         cfg.train.stop_at_threshold = False
         train(cfg, tmp_path / str(graphs), progress=False)
@@ -108,17 +111,43 @@ def test_num_agents_trains_independent_agents_and_exports_the_best(tmp_path):
     assert spec.action_kind == "discrete" and policy.actor[0].weight.shape == (64, 4)
 
 
+def _purejaxrl(cfg: Config) -> None:
+    cfg.ppo.num_steps, cfg.ppo.num_epochs, cfg.ppo.num_minibatches = 128, 4, 4
+    cfg.ppo.learning_rate, cfg.ppo.ent_coef = 2.5e-4, 0.01
+    cfg.ppo.gamma, cfg.ppo.gae_lambda = 0.99, 0.95
+    cfg.train.eval_every, cfg.train.stop_at_threshold = 0, False
+
+
 @pytest.mark.gpu
-def test_many_agents_with_cuda_graphs_solve(tmp_path):
+@pytest.mark.parametrize(
+    "num_envs,graphs,path",
+    [(4, False, "rollout+update"), (4096, False, "rollout"), (4096, True, "rollout")],
+)
+def test_cuda_cartpole_solves_on_the_fused_kernels(tmp_path, num_envs, graphs, path):
+    """PureJaxRL's settings (the benchmark's rows): 4 envs run both kernels; 4096 envs the
+    fused rollout with torch's update, eager and in a CUDA graph."""
+    steps = 500_000 if num_envs == 4 else num_envs * 128 * 100
+    cfg = _cartpole("cuda", cuda_graphs=graphs, total_steps=steps)
+    cfg.env.num_envs = num_envs
+    cfg.ppo.fused = "auto"
+    _purejaxrl(cfg)
+    summary = train(cfg, tmp_path / "run", progress=False)
+    assert summary["fused"] == path
+    assert summary["cuda_graphs"] is graphs
+    assert summary["eval_return_mean"] >= 475, summary
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fused", ["off", "auto"])
+def test_many_agents_solve_on_graphs_and_on_the_fused_kernels(tmp_path, fused):
     """16 agents with PureJaxRL's CartPole settings (the benchmark's 512-agent row). The CPU
     preset is tuned for one agent's wall time: with it, 16 agents' mean fell short of 475 in
     1e5 steps on the H200 (some seeds are slow), so it is not what this test asks."""
     cfg = _cartpole("cuda", num_agents=16, cuda_graphs=True, total_steps=500_000)
     cfg.env.num_envs = 4
-    cfg.ppo.num_steps, cfg.ppo.num_epochs, cfg.ppo.num_minibatches = 128, 4, 4
-    cfg.ppo.learning_rate, cfg.ppo.ent_coef = 2.5e-4, 0.01
-    cfg.ppo.gamma, cfg.ppo.gae_lambda = 0.99, 0.95
-    cfg.train.eval_every, cfg.train.stop_at_threshold = 0, False
+    cfg.ppo.fused = fused
+    _purejaxrl(cfg)
     summary = train(cfg, tmp_path / "run", progress=False)
-    assert summary["cuda_graphs"] is True and len(summary["agents"]) == 16
+    assert summary["cuda_graphs"] is (fused == "off") and len(summary["agents"]) == 16
+    assert summary["fused"] == (None if fused == "off" else "rollout+update")
     assert summary["eval_return_mean"] >= 475, summary

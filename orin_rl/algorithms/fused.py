@@ -1,0 +1,912 @@
+"""Fused PPO: a whole rollout in one Numba CUDA kernel and, for small batches, the whole update
+in another, instead of the thousands of small torch kernels of the general path.
+
+Measured on the H200 (docs/benchmarks/profile_h200.md), the general path's iteration with 4
+envs is launch-bound: ~40 torch kernels per env step and ~100 per minibatch step, each a few
+microseconds even inside a CUDA graph, against well under a microsecond of arithmetic.
+
+- ``rollout`` kernel: grid = agents x env chunks, a block runs its envs for all ``num_steps``:
+  the actor and critic forward passes (weights read from global memory, activations in shared
+  memory), the categorical draw, the env step, the time limit, auto-reset, the episode
+  statistics, every buffer field, the value of the true final observation where an episode was
+  truncated, and GAE at the end. The uniform draws come from one ``torch.rand`` per iteration
+  (torch's CUDA generator, saved in checkpoints), so a resumed run draws what it would have.
+- ``update`` kernel: grid = agents, a block runs every epoch and minibatch of its agent:
+  advantage normalisation, the minibatch gather (the permutation is one torch sort of uniform
+  keys per iteration), forward, the PPO loss's gradient by hand (clipped surrogate, clipped
+  value loss, entropy), backward, the global grad-norm clip and Adam with torch's formula.
+  One block per agent cannot beat cuBLAS on big minibatches, so it is used only up to
+  ``MAX_FUSED_MINIBATCH`` samples per agent; above that the fused rollout feeds torch's update.
+
+Scope (``blocker`` names what is missing, and the trainer logs it and runs the general path):
+CartPole-v1 on the GPU-native backend, a categorical policy with two hidden layers (tanh or
+relu), fp32, no observation/reward normalisation, no ``target_kl``, one process.
+
+Every agent's parameters live in one flat float32 buffer that the torch modules view: parameter
+tensor ``l`` occupies ``[K * off_l, K * (off_l + size_l))`` with agent ``k``'s block at
+``K * off_l + k * size_l``. The modules, their state dicts, export and the torch optimizer see
+the same memory the kernels write.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any
+
+import numba
+import numpy as np
+import torch
+from numba import cuda
+
+from orin_rl.buffers import ops
+
+log = logging.getLogger(__name__)
+
+MAX_FUSED_MINIBATCH = 2048
+"""Largest per-agent minibatch the update kernel takes (one thread block per agent)."""
+ROLLOUT_THREADS = 128
+UPDATE_THREADS = 256  # a power of two (tree reductions), at least 2 x the widest hidden layer
+ENVS_PER_BLOCK = 8
+CHUNK = 8  # minibatch samples the update kernel holds in shared memory at a time
+SHARED_FLOATS = 12_288  # 48 KiB: static shared memory per block
+UNIFORMS_PER_STEP = 5  # one for the action, four for a reset state
+
+F32 = np.float32
+ZERO = F32(0.0)
+ONE = F32(1.0)
+HALF = F32(0.5)
+# gymnasium CartPole-v1 (orin_rl.envs.gpu.classic.CartPole)
+CP_GRAVITY, CP_MASSPOLE, CP_TOTAL_MASS = F32(9.8), F32(0.1), F32(1.1)
+CP_LENGTH, CP_POLEMASS_LENGTH, CP_FORCE, CP_TAU = F32(0.5), F32(0.05), F32(10.0), F32(0.02)
+CP_FOUR_THIRDS = F32(4.0 / 3.0)
+CP_THETA_LIMIT, CP_X_LIMIT = F32(12 * 2 * math.pi / 360), F32(2.4)
+CP_RESET_LOW, CP_RESET_SPAN = F32(-0.05), F32(0.1)
+
+
+def param_layout(obs_dim: int, h1: int, h2: int, num_actions: int) -> list[tuple[int, int]]:
+    """(n_in, n_out) of the 12 tensors in kernel order: actor W1 b1 W2 b2 W3 b3, then critic's.
+    A bias has n_in = 0."""
+    net = [(obs_dim, h1), (0, h1), (h1, h2), (0, h2)]
+    return [*net, (h2, num_actions), (0, num_actions), *net, (h2, 1), (0, 1)]
+
+
+def module_params(policy: torch.nn.Module) -> list[torch.nn.Parameter]:
+    """The policy's 12 parameters in kernel order (ActorCritic or BatchedActorCritic)."""
+    out = []
+    for net in (policy.actor, policy.critic):
+        if hasattr(net, "weights"):  # BatchedMLP: (K, in, out) weights, (K, 1, out) biases
+            for w, b in zip(net.weights, net.biases, strict=True):
+                out += [w, b]
+        else:  # nn.Sequential(Linear, act, Linear, act, Linear)
+            for layer in net[::2]:
+                out += [layer.weight, layer.bias]
+    return out
+
+
+def blocker(cfg: Any, env: Any, policy: torch.nn.Module, device: torch.device,
+            distributed: bool) -> str | None:  # fmt: skip
+    """Why the fused kernels cannot run this configuration (None: they can)."""
+    from orin_rl.buffers import memory
+    from orin_rl.envs.gpu.classic import CartPole
+
+    ppo = cfg.ppo
+    spec = policy.spec
+    checks = [
+        (ppo.fused == "off", "ppo.fused is off"),
+        (device.type != "cuda" and not (ppo.fused == "on" and memory.cuda_simulated()),
+         "the learner is not on CUDA"),
+        (type(env) is not CartPole, f"the fused kernels cover CartPole-v1 on the gpu backend, "
+                                    f"not {cfg.env.env_id} ({cfg.env.backend})"),
+        (spec.action_kind != "discrete", "continuous actions"),
+        (len(spec.hidden_sizes) != 2, "the fused kernels take two hidden layers"),
+        (spec.activation not in ("tanh", "relu"), f"activation {spec.activation}"),
+        (ppo.normalize_obs or ppo.normalize_reward, "observation/reward normalisation"),
+        (cfg.train.precision != "fp32", f"precision {cfg.train.precision}"),
+        (ppo.target_kl is not None, "target_kl needs a host read per epoch"),
+        (distributed, "a distributed run"),
+        (cfg.train.compile, "torch.compile was asked for"),
+    ]  # fmt: skip
+    for failed, reason in checks:
+        if failed:
+            return reason
+    dims = _dims(spec)
+    if shared_floats(*dims, 1, CHUNK)[0] > SHARED_FLOATS:
+        return f"a policy of {spec.hidden_sizes} does not fit in a block's shared memory"
+    return None
+
+
+def _dims(spec: Any) -> tuple[int, int, int, int]:
+    h1, h2 = spec.hidden_sizes
+    return int(np.prod(spec.obs_shape)), int(h1), int(h2), int(spec.action_dim)
+
+
+def update_blocker(cfg: Any, spec: Any) -> str | None:
+    """Why the update stays torch's even when the rollout is fused (None: fused too)."""
+    minibatch = cfg.ppo.num_steps * cfg.env.num_envs // cfg.ppo.num_minibatches
+    if minibatch > MAX_FUSED_MINIBATCH:
+        return (
+            f"a minibatch of {minibatch} samples per agent (> {MAX_FUSED_MINIBATCH}): torch's "
+            "matmuls beat one thread block per agent"
+        )
+    dims = _dims(spec)
+    if 2 * max(dims[1], dims[2]) > UPDATE_THREADS:
+        return f"hidden layers wider than {UPDATE_THREADS // 2} units"
+    if shared_floats(*dims, 1, CHUNK)[1] > SHARED_FLOATS:
+        return f"a policy of {spec.hidden_sizes} does not fit in the update's shared memory"
+    return None
+
+
+# ---------------------------------------------------------------------------- kernels
+def _packed(tensors: np.ndarray, sizes: list[int]) -> tuple[np.ndarray, int]:
+    """Offsets (indexed by tensor id) of ``tensors`` laid end to end, and their total size."""
+    offsets = np.zeros(len(sizes), np.int64)
+    total = 0
+    for t in tensors:
+        offsets[t] = total
+        total += sizes[t]
+    return offsets, int(total)
+
+
+_KERNELS: dict[tuple, tuple[Any, Any]] = {}
+
+
+def shared_floats(obs_dim: int, h1: int, h2: int, num_actions: int, envs_per_block: int,
+                  chunk: int) -> tuple[int, int]:  # fmt: skip
+    """Shared-memory floats of a (rollout, update) block: the rollout holds every parameter and
+    its envs' activations, the update the two W2 (rows padded), a chunk's activations and the
+    other parameters' gradients."""
+    d, a1 = obs_dim, num_actions + 1
+    params = sum(max(n_in, 1) * n_out for n_in, n_out in param_layout(d, h1, h2, num_actions))
+    rollout = params + envs_per_block * (2 * d + 2 * h1 + 2 * h2 + a1) + envs_per_block
+    small = params - 2 * h1 * h2  # gradients of all but the W2s
+    shared_params = small - 2 * d * h1  # biases and heads (the W1s are read from global)
+    update = (2 * h1 * (h2 + 1) + chunk * (d + 2 * h1 + 2 * h2 + a1 + 5) + small
+              + shared_params + 10 + UPDATE_THREADS)  # fmt: skip
+    return rollout, update
+
+
+def build_kernels(obs_dim: int, h1: int, h2: int, num_actions: int, activation: str,
+                  in_major: bool, num_agents: int, envs_per_block: int, rollout_threads: int,
+                  update_threads: int) -> tuple[Any, Any]:  # fmt: skip
+    """Compile (once per shape) the rollout and update kernels; sizes are compile-time."""
+    key = (obs_dim, h1, h2, num_actions, activation, in_major, num_agents, envs_per_block,
+           rollout_threads, update_threads)  # fmt: skip
+    if key in _KERNELS:
+        return _KERNELS[key]
+
+    D, H1, H2, A, K, E = obs_dim, h1, h2, num_actions, num_agents, envs_per_block
+    RT, UT = rollout_threads, update_threads
+    C = CHUNK
+    layout = param_layout(D, H1, H2, A)
+    sizes = [max(n_in, 1) * n_out for n_in, n_out in layout]
+    offs = np.cumsum([0, *sizes])[:-1]
+    P = int(sum(sizes))
+    BASE = np.array([K * o for o in offs], np.int64)  # each tensor's start in the flat buffer
+    SIZE = np.array(sizes, np.int64)  # one agent's elements of each tensor
+    OFF = np.array(offs, np.int64)  # each tensor's start in one agent's (shared) copy
+    NIN = np.array([n for n, _ in layout], np.int64)
+    NOUT = np.array([n for _, n in layout], np.int64)
+    SMALL = np.array([t for t in range(12) if t not in (2, 8)], np.int64)  # all but the W2s
+    SOFF, NSMALL = _packed(SMALL, sizes)  # their gradients, packed in shared memory
+    SHP = np.array([t for t in SMALL if t not in (0, 6)], np.int64)  # biases and heads
+    POFF, NSP = _packed(SHP, sizes)  # their values, packed in shared memory
+
+    W2H1, W2H2, A1 = 2 * H1, 2 * H2, A + 1
+    W2P = H2 + 1  # padded row stride of the shared W2 copies (conflict-free column reads)
+    NW2S = 2 * H1 * W2P
+    NSG = max(NSMALL, 1)  # shared arrays need compile-time sizes: plain names, no expressions
+    G2 = max(UT // W2H2, 1)  # thread groups over the 2*H2 columns (dW2, forward layer 2)
+    G1 = max(UT // W2H1, 1)  # ... over the 2*H1 rows (backward d1)
+    R2 = -(-H1 // G2)  # W2 rows a thread owns the gradient of
+    CS2 = -(-C // G2)  # chunk samples a thread computes in layer 2
+    CS1 = -(-C // G1)  # ... in d1
+    TANH = activation == "tanh"
+    f32 = numba.float32
+
+    @cuda.jit(device=True, inline=True)
+    def fmax(a, b):
+        return a if a > b else b
+
+    @cuda.jit(device=True, inline=True)
+    def fmin(a, b):
+        return a if a < b else b
+
+    @cuda.jit(device=True, inline=True)
+    def act(x):
+        if TANH:
+            return math.tanh(x)
+        return x if x > ZERO else ZERO
+
+    @cuda.jit(device=True, inline=True)
+    def dact(y):  # derivative from the activation's output
+        if TANH:
+            return ONE - y * y
+        return ONE if y > ZERO else ZERO
+
+    @cuda.jit(device=True, inline=True)
+    def logsumexp(outs, row):
+        """log sum exp of the A logits in ``outs[row, :A]`` (max-shifted)."""
+        mx = outs[row, 0]
+        for j in range(1, A):
+            mx = fmax(mx, outs[row, j])
+        z = ZERO
+        for j in range(A):
+            z += math.exp(outs[row, j] - mx)
+        return mx + math.log(z)
+
+    @cuda.jit(device=True, inline=True)
+    def local(t, i, j):
+        """Index of (input i, output j) of tensor t inside one agent's block (a bias: j)."""
+        if NIN[t] == 0:
+            return j
+        if in_major:
+            return i * NOUT[t] + j
+        return j * NIN[t] + i
+
+    @cuda.jit(device=True, inline=True)
+    def gidx(t, k, i, j):
+        """Flat index of agent k's element (i, j) of tensor t."""
+        return BASE[t] + k * SIZE[t] + local(t, i, j)
+
+    # --------------------------------------------------------------- rollout
+    @cuda.jit(device=True, inline=True)
+    def sw(t, i, j):
+        """Index of (i, j) of tensor t in the rollout's shared copy (always input-major)."""
+        return OFF[t] + i * NOUT[t] + j
+
+    @cuda.jit(device=True)
+    def forward_envs(ws, xs, n, h1s, h2s, outs, tid):
+        """Actor logits and critic value of the n observations in xs, all threads; weights in
+        shared memory."""
+        for idx in range(tid, n * W2H1, RT):
+            e = idx // W2H1
+            u = idx % W2H1
+            net = u // H1
+            q = u % H1
+            acc = ws[OFF[6 * net + 1] + q]
+            for i in range(D):
+                acc += xs[e, i] * ws[sw(6 * net, i, q)]
+            h1s[e, u] = act(acc)
+        cuda.syncthreads()
+        hacc = cuda.local.array(E, f32)
+        for u in range(tid, W2H2, RT):  # one unit per thread, every env: each weight read once
+            net = u // H2
+            q = u % H2
+            w0 = OFF[6 * net + 2] + q
+            bias = ws[OFF[6 * net + 3] + q]
+            for e in range(E):
+                hacc[e] = bias
+            for i in range(H1):
+                w = ws[w0 + i * H2]
+                for e in range(E):
+                    if e < n:
+                        hacc[e] += h1s[e, net * H1 + i] * w
+            for e in range(E):
+                if e < n:
+                    h2s[e, u] = act(hacc[e])
+        cuda.syncthreads()
+        for idx in range(tid, n * A1, RT):
+            e = idx // A1
+            o = idx % A1
+            if o < A:
+                acc = ws[OFF[5] + o]
+                for i in range(H2):
+                    acc += h2s[e, i] * ws[OFF[4] + i * A + o]
+            else:
+                acc = ws[OFF[11]]
+                for i in range(H2):
+                    acc += h2s[e, H2 + i] * ws[OFF[10] + i]
+            outs[e, o] = acc
+        cuda.syncthreads()
+
+    @cuda.jit
+    def rollout(params, state, elapsed, ep_ret, ep_len, last_ret, last_len, finished, rand,
+                obs_b, actions_b, logp_b, values_b, rewards_b, term_b, end_b, boot_b, next_b,
+                adv_b, ret_b, gamma, lam, max_steps, n_envs, chunks):  # fmt: skip
+        tid = cuda.threadIdx.x
+        k = cuda.blockIdx.x // chunks
+        e0 = (cuda.blockIdx.x % chunks) * E
+        n = n_envs - e0
+        if n > E:
+            n = E
+        g0 = k * n_envs + e0
+        ws = cuda.shared.array(P, f32)
+        xs = cuda.shared.array((E, D), f32)
+        fin = cuda.shared.array((E, D), f32)
+        h1s = cuda.shared.array((E, W2H1), f32)
+        h2s = cuda.shared.array((E, W2H2), f32)
+        outs = cuda.shared.array((E, A1), f32)
+        need = cuda.shared.array(E, numba.int32)
+        flag = cuda.shared.array(1, numba.int32)
+        for tt in range(12):  # this agent's weights, input-major, into shared memory
+            n_out = NOUT[tt]
+            for idx in range(tid, SIZE[tt], RT):
+                ws[OFF[tt] + idx] = params[gidx(tt, k, idx // n_out, idx % n_out)]
+        # Each env's state lives in shared memory (CartPole's observation is its state) and its
+        # counters in its thread's registers for the whole rollout; written back at the end.
+        steps = 0
+        ret = 0.0
+        length = 0
+        if tid < n:
+            for i in range(D):
+                xs[tid, i] = state[g0 + tid, i]
+            steps = elapsed[g0 + tid]
+            ret = ep_ret[g0 + tid]
+            length = ep_len[g0 + tid]
+        cuda.syncthreads()
+        num_steps = obs_b.shape[0]
+        for t in range(num_steps):
+            for idx in range(tid, n * D, RT):
+                obs_b[t, g0 + idx // D, idx % D] = xs[idx // D, idx % D]
+            if tid == 0:
+                flag[0] = 0
+            cuda.syncthreads()
+            forward_envs(ws, xs, n, h1s, h2s, outs, tid)
+            if tid < n:
+                e = tid
+                g = g0 + e
+                lse = logsumexp(outs, e)
+                u = rand[t, g, 0]
+                a = A - 1
+                cum = ZERO
+                for j in range(A):
+                    cum += math.exp(outs[e, j] - lse)
+                    if u < cum:
+                        a = j
+                        break
+                actions_b[t, g] = a
+                logp_b[t, g] = outs[e, a] - lse
+                values_b[t, g] = outs[e, A]
+                # CartPole-v1, explicit Euler (gymnasium's order of operations)
+                x, x_dot, theta, theta_dot = xs[e, 0], xs[e, 1], xs[e, 2], xs[e, 3]
+                force = CP_FORCE if a == 1 else -CP_FORCE
+                costheta = math.cos(theta)
+                sintheta = math.sin(theta)
+                temp = (force + CP_POLEMASS_LENGTH * theta_dot * theta_dot * sintheta) / (
+                    CP_TOTAL_MASS
+                )
+                thetaacc = (CP_GRAVITY * sintheta - costheta * temp) / (
+                    CP_LENGTH * (CP_FOUR_THIRDS - CP_MASSPOLE * costheta * costheta / CP_TOTAL_MASS)
+                )
+                xacc = temp - CP_POLEMASS_LENGTH * thetaacc * costheta / CP_TOTAL_MASS
+                x = x + CP_TAU * x_dot
+                x_dot = x_dot + CP_TAU * xacc
+                theta = theta + CP_TAU * theta_dot
+                theta_dot = theta_dot + CP_TAU * thetaacc
+                terminated = abs(x) > CP_X_LIMIT or abs(theta) > CP_THETA_LIMIT
+                steps += 1
+                truncated = steps >= max_steps
+                done = terminated or truncated
+                rewards_b[t, g] = ONE
+                term_b[t, g] = terminated
+                end_b[t, g] = done
+                boot_b[t, g] = ZERO
+                ret += 1.0
+                length += 1
+                if done:
+                    last_ret[g] = ret
+                    last_len[g] = length
+                    finished[g] = True
+                    ret = 0.0
+                    length = 0
+                need[e] = 0
+                if truncated and not terminated:  # bootstrap from V(true final observation)
+                    fin[e, 0], fin[e, 1], fin[e, 2], fin[e, 3] = x, x_dot, theta, theta_dot
+                    need[e] = 1
+                    flag[0] = 1
+                if done:
+                    for i in range(4):
+                        xs[e, i] = CP_RESET_LOW + CP_RESET_SPAN * rand[t, g, 1 + i]
+                    steps = 0
+                else:
+                    xs[e, 0], xs[e, 1], xs[e, 2], xs[e, 3] = x, x_dot, theta, theta_dot
+            cuda.syncthreads()
+            if flag[0] != 0:  # the same shared value for every thread: a uniform branch
+                forward_envs(ws, fin, n, h1s, h2s, outs, tid)
+                if tid < n and need[tid] != 0:
+                    boot_b[t, g0 + tid] = outs[tid, A]
+                cuda.syncthreads()
+        # V(observation after the last step), then GAE per env (ops.gae's arithmetic)
+        forward_envs(ws, xs, n, h1s, h2s, outs, tid)
+        if tid < n:
+            g = g0 + tid
+            for i in range(D):
+                state[g, i] = xs[tid, i]
+            elapsed[g] = steps
+            ep_ret[g] = ret
+            ep_len[g] = length
+            last = ZERO
+            for t in range(num_steps - 1, -1, -1):
+                nv = outs[tid, A] if t == num_steps - 1 else values_b[t + 1, g]
+                if end_b[t, g]:
+                    nv = boot_b[t, g]
+                next_b[t, g] = nv
+                bootstrap = ZERO if term_b[t, g] else gamma * nv
+                delta = rewards_b[t, g] + bootstrap - values_b[t, g]
+                carry = ZERO if end_b[t, g] else gamma * lam * last
+                last = delta + carry
+                adv_b[t, g] = last
+                ret_b[t, g] = last + values_b[t, g]
+
+    # ---------------------------------------------------------------- update
+    @cuda.jit(device=True)
+    def block_sum(red, value, tid):
+        """Sum of the float32 ``value`` over the block (a tree in a fixed order: reproducible),
+        returned to every thread."""
+        red[tid] = value
+        cuda.syncthreads()
+        step = UT // 2
+        while step > 0:
+            if tid < step:
+                red[tid] += red[tid + step]
+            cuda.syncthreads()
+            step //= 2
+        total = red[0]
+        cuda.syncthreads()
+        return total
+
+    @cuda.jit(device=True, inline=True)
+    def adam(params, m1, m2, q, g, step_size, bc2_sqrt):
+        """torch.optim.Adam's step (betas 0.9, 0.999, eps 1e-5) of element q; the new value."""
+        mq = F32(0.9) * m1[q] + F32(0.1) * g
+        vq = F32(0.999) * m2[q] + F32(0.001) * g * g
+        m1[q] = mq
+        m2[q] = vq
+        p = params[q] - step_size * mq / (math.sqrt(vq) / bc2_sqrt + F32(1e-5))
+        params[q] = p
+        return p
+
+    @cuda.jit
+    def update(params, grad, m1, m2, obs_b, actions_b, logp_b, values_b, adv_b, ret_b, perm,
+               stats, lr, step0, clip, ent_coef, vf_coef, max_grad_norm, clip_vloss, norm_adv,
+               n_envs, num_epochs, num_mb):  # fmt: skip
+        tid = cuda.threadIdx.x
+        k = cuda.blockIdx.x
+        w2s = cuda.shared.array(NW2S, f32)  # both W2, input-major, rows padded
+        xs = cuda.shared.array((C, D), f32)
+        a1s = cuda.shared.array((C, W2H1), f32)  # layer-1 activations, then d1
+        a2s = cuda.shared.array((C, W2H2), f32)  # layer-2 activations, then d2
+        outs = cuda.shared.array((C, A1), f32)  # logits and value, then their gradients
+        terms = cuda.shared.array((C, 5), f32)
+        sg = cuda.shared.array(NSG, f32)  # gradients of every tensor but the W2s
+        sp = cuda.shared.array(NSP, f32)  # biases and heads: read in every chunk
+        red = cuda.shared.array(UT, f32)
+        mb_terms = cuda.shared.array(5, f32)
+        acc_stats = cuda.shared.array(5, f32)
+        acc = cuda.local.array(R2, f32)  # this thread's W2 gradient elements
+        hsum = cuda.local.array(CS2, f32)
+        num_steps = obs_b.shape[0]
+        batch = num_steps * n_envs
+        mb = batch // num_mb
+        inv_mb = ONE / f32(mb)
+        # dW2 ownership: column col of the two W2 (net, q), rows grp, grp + G2, ...
+        col = tid % W2H2
+        grp = tid // W2H2
+        owner = grp < G2
+        net2 = col // H2
+        q2 = col % H2
+        for idx in range(tid, 2 * H1 * H2, UT):
+            net = idx // (H1 * H2)
+            i = (idx // H2) % H1
+            q = idx % H2
+            w2s[(net * H1 + i) * W2P + q] = params[gidx(6 * net + 2, k, i, q)]
+        for s in range(SHP.shape[0]):
+            t = SHP[s]
+            for idx in range(tid, SIZE[t], UT):
+                sp[POFF[t] + idx] = params[BASE[t] + k * SIZE[t] + idx]
+        if tid < 5:
+            acc_stats[tid] = ZERO
+        if norm_adv:  # ops.normalize_: unbiased std, eps 1e-8 (two passes: mean, then spread)
+            part = ZERO
+            for idx in range(tid, batch, UT):
+                part += adv_b[idx // n_envs, k * n_envs + idx % n_envs]
+            mean32 = block_sum(red, part, tid) / f32(batch)
+            part = ZERO
+            for idx in range(tid, batch, UT):
+                dev = adv_b[idx // n_envs, k * n_envs + idx % n_envs] - mean32
+                part += dev * dev
+            var = block_sum(red, part, tid) / f32(batch - 1 if batch > 1 else 1)
+            std = math.sqrt(var)
+            for idx in range(tid, batch, UT):
+                t = idx // n_envs
+                g = k * n_envs + idx % n_envs
+                adv_b[t, g] = (adv_b[t, g] - mean32) / (std + F32(1e-8))
+        cuda.syncthreads()
+        step = step0
+        for epoch in range(num_epochs):
+            for b in range(num_mb):
+                for r in range(R2):
+                    acc[r] = ZERO
+                for idx in range(tid, NSMALL, UT):
+                    sg[idx] = ZERO
+                if tid < 5:
+                    mb_terms[tid] = ZERO
+                for c0 in range(0, mb, C):
+                    nc = mb - c0
+                    if nc > C:
+                        nc = C
+                    for idx in range(tid, nc * D, UT):
+                        c = idx // D
+                        smp = perm[epoch, k, b * mb + c0 + c]
+                        xs[c, idx % D] = obs_b[smp // n_envs, k * n_envs + smp % n_envs, idx % D]
+                    cuda.syncthreads()
+                    for idx in range(tid, nc * W2H1, UT):  # layer 1 (D inputs, from global)
+                        c = idx // W2H1
+                        u = idx % W2H1
+                        net = u // H1
+                        q = u % H1
+                        h = sp[POFF[6 * net + 1] + q]
+                        for i in range(D):
+                            h += xs[c, i] * params[gidx(6 * net, k, i, q)]
+                        a1s[c, u] = act(h)
+                    cuda.syncthreads()
+                    if owner:  # layer 2: column col, samples grp, grp + G2, ...; W2 read once
+                        for s in range(CS2):
+                            hsum[s] = ZERO
+                        for i in range(H1):
+                            w = w2s[(net2 * H1 + i) * W2P + q2]
+                            for s in range(CS2):
+                                c = grp + s * G2
+                                if c < nc:
+                                    hsum[s] += a1s[c, net2 * H1 + i] * w
+                        bias = sp[POFF[6 * net2 + 3] + q2]
+                        for s in range(CS2):
+                            c = grp + s * G2
+                            if c < nc:
+                                a2s[c, col] = act(hsum[s] + bias)
+                    cuda.syncthreads()
+                    for idx in range(tid, nc * A1, UT):  # heads
+                        c = idx // A1
+                        o = idx % A1
+                        if o < A:
+                            h = sp[POFF[5] + o]
+                            for i in range(H2):
+                                h += a2s[c, i] * sp[POFF[4] + local(4, i, o)]
+                        else:
+                            h = sp[POFF[11]]
+                            for i in range(H2):
+                                h += a2s[c, H2 + i] * sp[POFF[10] + i]
+                        outs[c, o] = h
+                    cuda.syncthreads()
+                    # The loss's gradient at the heads, one sample per thread (PPO's
+                    # _minibatch_step differentiated by hand, torch.max's and clamp's
+                    # subgradients included).
+                    for c in range(tid, nc, UT):
+                        smp = perm[epoch, k, b * mb + c0 + c]
+                        t = smp // n_envs
+                        g = k * n_envs + smp % n_envs
+                        a = actions_b[t, g]
+                        lse = logsumexp(outs, c)
+                        entropy = ZERO
+                        for o in range(A):
+                            lp = outs[c, o] - lse
+                            entropy -= math.exp(lp) * lp
+                        logratio = outs[c, a] - lse - logp_b[t, g]
+                        ratio = math.exp(logratio)
+                        adv = adv_b[t, g]
+                        inside = ratio >= ONE - clip and ratio <= ONE + clip
+                        unclipped = -adv * ratio
+                        clipped = -adv * fmin(fmax(ratio, ONE - clip), ONE + clip)
+                        if unclipped > clipped:
+                            d_ratio = -adv
+                            pg = unclipped
+                        elif unclipped == clipped:
+                            d_ratio = -adv * HALF + (-adv * HALF if inside else ZERO)
+                            pg = unclipped
+                        else:
+                            d_ratio = -adv if inside else ZERO
+                            pg = clipped
+                        g_logp = d_ratio * ratio * inv_mb
+                        value = outs[c, A]
+                        ret = ret_b[t, g]
+                        if clip_vloss:
+                            old = values_b[t, g]
+                            dv = value - old
+                            inside_v = dv >= -clip and dv <= clip
+                            vc = old + fmin(fmax(dv, -clip), clip)
+                            sq_u = (value - ret) * (value - ret)
+                            sq_c = (vc - ret) * (vc - ret)
+                            if sq_u > sq_c:
+                                g_v = value - ret
+                                vloss = sq_u
+                            elif sq_u == sq_c:
+                                half_c = HALF * (vc - ret) if inside_v else ZERO
+                                g_v = HALF * (value - ret) + half_c
+                                vloss = sq_u
+                            else:
+                                g_v = (vc - ret) if inside_v else ZERO
+                                vloss = sq_c
+                        else:
+                            g_v = value - ret
+                            vloss = (value - ret) * (value - ret)
+                        for o in range(A):
+                            lp = outs[c, o] - lse
+                            p = math.exp(lp)
+                            onehot = ONE if o == a else ZERO
+                            outs[c, o] = g_logp * (onehot - p) + ent_coef * inv_mb * p * (
+                                lp + entropy
+                            )
+                        outs[c, A] = vf_coef * g_v * inv_mb
+                        terms[c, 0] = pg
+                        terms[c, 1] = HALF * vloss
+                        terms[c, 2] = entropy
+                        terms[c, 3] = (ratio - ONE) - logratio
+                        terms[c, 4] = ONE if abs(ratio - ONE) > clip else ZERO
+                    cuda.syncthreads()
+                    if tid < 5:  # fixed order: a run is reproducible
+                        for c in range(nc):
+                            mb_terms[tid] += terms[c, tid]
+                    # heads' gradients (need the layer-2 activations, before d2 replaces them)
+                    for idx in range(tid, H2 * A1 + A1, UT):
+                        if idx < H2 * A:
+                            i = idx // A
+                            o = idx % A
+                            h = ZERO
+                            for c in range(nc):
+                                h += a2s[c, i] * outs[c, o]
+                            sg[SOFF[4] + local(4, i, o)] += h
+                        elif idx < H2 * A1:
+                            i = idx - H2 * A
+                            h = ZERO
+                            for c in range(nc):
+                                h += a2s[c, H2 + i] * outs[c, A]
+                            sg[SOFF[10] + i] += h
+                        else:
+                            o = idx - H2 * A1
+                            h = ZERO
+                            for c in range(nc):
+                                h += outs[c, o]
+                            sg[(SOFF[5] + o) if o < A else SOFF[11]] += h
+                    cuda.syncthreads()
+                    for idx in range(tid, nc * W2H2, UT):  # d2, in place of the activations
+                        c = idx // W2H2
+                        u = idx % W2H2
+                        q = u % H2
+                        if u < H2:
+                            h = ZERO
+                            for o in range(A):
+                                h += sp[POFF[4] + local(4, q, o)] * outs[c, o]
+                        else:
+                            h = sp[POFF[10] + q] * outs[c, A]
+                        a2s[c, u] = h * dact(a2s[c, u])
+                    cuda.syncthreads()
+                    if owner:  # dW2 (registers) and db2
+                        for c in range(nc):
+                            d = a2s[c, col]
+                            for r in range(R2):
+                                i = grp + r * G2
+                                if i < H1:
+                                    acc[r] += a1s[c, net2 * H1 + i] * d
+                        if grp == 0:
+                            h = ZERO
+                            for c in range(nc):
+                                h += a2s[c, col]
+                            sg[SOFF[6 * net2 + 3] + q2] += h
+                    cuda.syncthreads()
+                    unit = tid % W2H1  # d1, in place of the layer-1 activations
+                    g1 = tid // W2H1
+                    if g1 < G1:
+                        net = unit // H1
+                        i = unit % H1
+                        row = (net * H1 + i) * W2P
+                        for s in range(CS1):
+                            c = g1 + s * G1
+                            if c < nc:
+                                h = ZERO
+                                for q in range(H2):
+                                    h += w2s[row + q] * a2s[c, net * H2 + q]
+                                a1s[c, unit] = h * dact(a1s[c, unit])
+                    cuda.syncthreads()
+                    for idx in range(tid, 2 * (D * H1 + H1), UT):  # dW1 and db1
+                        net = idx // (D * H1 + H1)
+                        e = idx % (D * H1 + H1)
+                        h = ZERO
+                        if e < D * H1:
+                            i = e // H1
+                            q = e % H1
+                            for c in range(nc):
+                                h += xs[c, i] * a1s[c, net * H1 + q]
+                            sg[SOFF[6 * net] + local(6 * net, i, q)] += h
+                        else:
+                            q = e - D * H1
+                            for c in range(nc):
+                                h += a1s[c, net * H1 + q]
+                            sg[SOFF[6 * net + 1] + q] += h
+                    cuda.syncthreads()
+                # clip_grad_norm_ over every tensor, then Adam (torch's formulas)
+                ss = ZERO
+                if owner:
+                    for r in range(R2):
+                        if grp + r * G2 < H1:
+                            ss += acc[r] * acc[r]
+                for idx in range(tid, NSMALL, UT):
+                    ss += sg[idx] * sg[idx]
+                norm = math.sqrt(block_sum(red, ss, tid))
+                coef = f32(fmin(max_grad_norm / (norm + F32(1e-6)), ONE))
+                step += 1
+                step_size = f32(lr / (1.0 - 0.9**step))
+                bc2_sqrt = f32(math.sqrt(1.0 - 0.999**step))
+                if owner:
+                    for r in range(R2):
+                        i = grp + r * G2
+                        if i < H1:
+                            q = gidx(6 * net2 + 2, k, i, q2)
+                            grad[q] = acc[r]
+                            w2s[(net2 * H1 + i) * W2P + q2] = adam(
+                                params, m1, m2, q, acc[r] * coef, step_size, bc2_sqrt
+                            )
+                for s in range(SMALL.shape[0]):
+                    t = SMALL[s]
+                    for idx in range(tid, SIZE[t], UT):
+                        q = BASE[t] + k * SIZE[t] + idx
+                        gq = sg[SOFF[t] + idx]
+                        grad[q] = gq
+                        new = adam(params, m1, m2, q, gq * coef, step_size, bc2_sqrt)
+                        if t != 0 and t != 6:
+                            sp[POFF[t] + idx] = new
+                if tid < 5:
+                    acc_stats[tid] += mb_terms[tid] * inv_mb
+                cuda.syncthreads()
+        if tid < 5:
+            stats[k, tid] = acc_stats[tid]
+
+    _KERNELS[key] = (rollout, update)
+    return rollout, update
+
+
+# ---------------------------------------------------------------------------- driver
+class FusedPPO:
+    """Runs PPO iterations of ``algo`` (a PPO or MultiAgentPPO) with the fused kernels.
+
+    Owns the flat parameter buffer (the policy's parameters become views of it), the Adam
+    moments of the fused update and the scratch memory; ``iteration`` is one PPO iteration.
+    """
+
+    def __init__(self, algo: Any, env: Any, cfg: Any, fused_update: bool,
+                 threads: tuple[int, int] | None = None):  # fmt: skip
+        self.algo = algo
+        self.env = env
+        self.cfg = cfg.ppo
+        self.fused_update = fused_update
+        policy = algo.policy
+        spec = policy.spec
+        self.num_agents = getattr(policy, "num_agents", 1)
+        self.num_envs = env.num_envs // self.num_agents  # per agent
+        self.device = algo.device
+        self.dims = _dims(spec)
+        self.params = module_params(policy)
+        self.flat = self._bind_flat(self.params)
+        # as many envs per block as fit in shared memory, at most ENVS_PER_BLOCK
+        self.envs_per_block = max(
+            [e for e in range(1, min(ENVS_PER_BLOCK, self.num_envs) + 1)
+             if shared_floats(*self.dims, e, CHUNK)[0] <= SHARED_FLOATS] or [1]
+        )  # fmt: skip
+        self.chunks = math.ceil(self.num_envs / self.envs_per_block)
+        rt, ut = threads or (ROLLOUT_THREADS, UPDATE_THREADS)
+        self.threads = (rt, ut)
+        self.rollout_kernel, self.update_kernel = build_kernels(
+            *self.dims, spec.activation, self.num_agents > 1, self.num_agents,
+            self.envs_per_block, rt, ut,
+        )  # fmt: skip
+        buf = algo.buffer
+        T, K, N = buf.num_steps, self.num_agents, self.num_envs
+        self.rand = torch.zeros(T, K * N, UNIFORMS_PER_STEP, device=self.device)
+        view = ops.numba_view
+        st = env.stats
+        self._rollout_args = [
+            view(self.flat), view(env.state), view(env.elapsed), view(st.episode_return),
+            view(st.episode_length), view(st._last_return), view(st._last_length),
+            view(st._finished), view(self.rand),
+            *(view(getattr(buf, name)) for name in (
+                "obs", "actions", "logprobs", "values", "rewards", "terminated", "episode_end",
+                "bootstrap_values", "next_values", "advantages", "returns")),
+        ]  # fmt: skip
+        if fused_update:
+            z = lambda *shape: torch.zeros(*shape, device=self.device)  # noqa: E731
+            size = self.flat.numel()
+            self.grad, self.m1, self.m2 = z(size), z(size), z(size)
+            self.stats = z(K, 5)
+            self.keys = z(self.cfg.num_epochs, K, T * N)
+            self.sorted = z(self.cfg.num_epochs, K, T * N)
+            self.perm = torch.zeros(self.cfg.num_epochs, K, T * N, dtype=torch.int64,
+                                    device=self.device)  # fmt: skip
+            self.adam_steps = 0
+            self._update_args = [
+                view(self.flat), view(self.grad), view(self.m1), view(self.m2),
+                *(view(getattr(buf, name)) for name in (
+                    "obs", "actions", "logprobs", "values", "advantages", "returns")),
+                view(self.perm), view(self.stats),
+            ]  # fmt: skip
+
+    def _bind_flat(self, params: list[torch.nn.Parameter]) -> torch.Tensor:
+        """One flat buffer holding every parameter (agent-major within each tensor); the
+        parameters become views of it, so torch and the kernels share the memory."""
+        total = sum(p.numel() for p in params)
+        flat = torch.empty(total, dtype=torch.float32, device=params[0].device)
+        start = 0
+        for p in params:
+            n = p.numel()
+            view = flat[start : start + n].view(p.shape)
+            view.copy_(p.detach())
+            p.data = view
+            start += n
+        return flat
+
+    def _launch(self, kernel: Any, grid: int, block: int, args: list) -> None:
+        if self.device.type == "cuda":
+            kernel[grid, block, ops.stream(self.device)](*args)
+        else:  # the Numba CUDA simulator (tests)
+            kernel[grid, block](*args)
+
+    def rollout(self) -> None:
+        """One rollout into the algorithm's buffer: env steps, returns and advantages."""
+        cfg = self.cfg
+        self.rand.uniform_()
+        self._launch(
+            self.rollout_kernel, self.num_agents * self.chunks, self.threads[0],
+            [*self._rollout_args, np.float32(cfg.gamma), np.float32(cfg.gae_lambda),
+             int(self.env.max_episode_steps), self.num_envs, self.chunks],
+        )  # fmt: skip
+        self.algo.buffer.step = self.algo.buffer.num_steps
+
+    def update(self, lr: float, perm: torch.Tensor | None = None) -> tuple[int, int]:
+        """Every epoch and minibatch in the update kernel; loss sums into the algorithm's.
+        ``perm`` (epochs, agents, samples) overrides the random permutation (tests)."""
+        cfg = self.cfg
+        if perm is None:
+            self.keys.uniform_()
+            torch.sort(self.keys, dim=-1, out=(self.sorted, self.perm))
+        else:
+            self.perm.copy_(perm)
+        self._launch(
+            self.update_kernel, self.num_agents, self.threads[1],
+            [*self._update_args, float(lr), self.adam_steps, np.float32(cfg.clip_coef),
+             np.float32(cfg.ent_coef), np.float32(cfg.vf_coef), float(cfg.max_grad_norm),
+             bool(cfg.clip_value_loss), bool(cfg.normalize_advantage), self.num_envs,
+             cfg.num_epochs, cfg.num_minibatches],
+        )  # fmt: skip
+        steps = cfg.num_epochs * cfg.num_minibatches
+        self.adam_steps += steps
+        torch.mean(self.stats, 0, out=self.algo._loss_sums)
+        return steps, cfg.num_epochs
+
+    def iteration(self, lr: float) -> tuple[int, int]:
+        """Rollout, returns and update of one iteration; (gradient steps, epochs)."""
+        self.rollout()
+        if self.fused_update:
+            return self.update(lr)
+        if self.cfg.normalize_advantage:
+            self.algo.normalize_advantages()
+        return self.algo.update_steps()
+
+    # ----------------------------------------------------------------- checkpoints
+    def to_optimizer(self) -> None:
+        """Write the fused Adam state into the torch optimizer (the checkpoint's format), so a
+        run resumes on either path."""
+        if not self.fused_update or self.adam_steps == 0:
+            return
+        opt = self.algo.optimizer
+        start = 0
+        for p in self.params:
+            n = p.numel()
+            state = opt.state[p]
+            state["exp_avg"] = self.m1[start : start + n].view(p.shape).clone()
+            state["exp_avg_sq"] = self.m2[start : start + n].view(p.shape).clone()
+            state["step"] = torch.tensor(float(self.adam_steps), device=p.device)
+            start += n
+
+    def from_optimizer(self) -> None:
+        """Take the Adam state from the torch optimizer (after a resume)."""
+        if not self.fused_update:
+            return
+        opt = self.algo.optimizer
+        start = 0
+        for p in self.params:
+            n = p.numel()
+            state = opt.state.get(p)
+            if state and "exp_avg" in state:
+                self.m1[start : start + n].copy_(state["exp_avg"].reshape(-1))
+                self.m2[start : start + n].copy_(state["exp_avg_sq"].reshape(-1))
+                self.adam_steps = int(float(state["step"]))
+            start += n

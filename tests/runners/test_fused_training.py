@@ -1,0 +1,103 @@
+"""The trainer on the fused kernels (ppo.fused): chosen and logged, exact resume, a clear error
+when demanded where it cannot run. On a CPU box the kernels run in Numba's CUDA simulator."""
+
+from __future__ import annotations
+
+import math
+import signal
+
+import pytest
+import torch
+
+from orin_rl import config as config_mod
+from orin_rl.algorithms import fused
+from orin_rl.config import Config
+from orin_rl.errors import OrinError
+from orin_rl.runners import trainer as trainer_mod
+from orin_rl.runners.logger import read_metrics
+from orin_rl.runners.trainer import Trainer, train
+from tests.conftest import HAS_CUDA
+
+
+@pytest.fixture
+def small_threads(monkeypatch):
+    if not HAS_CUDA:  # the simulator runs every thread as a Python thread
+        monkeypatch.setattr(fused, "ROLLOUT_THREADS", 16)
+        monkeypatch.setattr(fused, "UPDATE_THREADS", 32)
+
+
+def _cfg(**over) -> Config:
+    cfg = Config()
+    values = {
+        "env.env_id": "CartPole-v1", "env.backend": "gpu", "env.num_envs": 2,
+        "ppo.num_steps": 8, "ppo.num_minibatches": 2, "ppo.num_epochs": 2,
+        "ppo.hidden_sizes": [8, 8], "ppo.ent_coef": 0.01, "ppo.fused": "on",
+        "train.device": "cuda" if HAS_CUDA else "cpu", "train.total_steps": 64,
+        "train.eval_every": 0, "train.eval_episodes": 2, "train.log_every": 1,
+        "train.checkpoint_every": 1, "train.tensorboard": False,
+        **over,
+    }  # fmt: skip
+    for key, value in values.items():
+        config_mod.set_value(cfg, key, value)
+    return cfg
+
+
+def test_fused_run_trains_logs_and_says_which_path(tmp_path, small_threads, caplog):
+    with caplog.at_level("INFO"):
+        summary = train(_cfg(), tmp_path / "run", progress=False)
+    assert summary["fused"] == "rollout+update"
+    assert "fused PPO kernels: one rollout kernel and one update kernel" in caplog.text
+    records = read_metrics(tmp_path / "run" / "metrics.jsonl")
+    assert [r["global_step"] for r in records] == [16, 32, 48, 64]
+    for r in records:
+        assert all(math.isfinite(r[f"losses/{k}"]) for k in ("policy", "value", "entropy"))
+        assert 0.0 < r["losses/entropy"] <= math.log(2) + 1e-6
+        assert r["losses/epochs"] == 2
+    assert any("charts/episode_return_mean" in r for r in records)  # episodes were counted
+
+
+def test_interrupted_fused_run_resumes_exactly(tmp_path, small_threads, monkeypatch):
+    """SIGTERM after two iterations, resume: the same losses as a run never interrupted, so the
+    fused Adam moments, the parameters, the envs and the RNG all came back."""
+    straight = train(_cfg(), tmp_path / "straight", progress=False)
+    assert straight["fused"] == "rollout+update"
+    original = Trainer._iterate
+    calls = []
+
+    def iterate_then_signal(self, obs):
+        out = original(self, obs)
+        calls.append(1)
+        if len(calls) == 2:
+            signal.raise_signal(signal.SIGTERM)  # the trainer finishes the iteration and saves
+        return out
+
+    monkeypatch.setattr(Trainer, "_iterate", iterate_then_signal)
+    first = train(_cfg(), tmp_path / "cut", progress=False)
+    assert first["interrupted"] and first["total_steps"] == 32
+    monkeypatch.setattr(Trainer, "_iterate", original)
+    train(_cfg(), tmp_path / "cut", resume=True, progress=False)
+    keys = ("global_step", "losses/policy", "losses/value", "losses/approx_kl")
+    want = [{k: r[k] for k in keys} for r in read_metrics(tmp_path / "straight" / "metrics.jsonl")]
+    got = [{k: r[k] for k in keys} for r in read_metrics(tmp_path / "cut" / "metrics.jsonl")]
+    assert got == want
+    a = torch.load(tmp_path / "straight" / "checkpoint.pt", weights_only=False)["algo"]
+    b = torch.load(tmp_path / "cut" / "checkpoint.pt", weights_only=False)["algo"]
+    assert all(torch.equal(a["policy"][k], b["policy"][k]) for k in a["policy"])
+
+
+def test_fused_on_names_what_is_missing(tmp_path):
+    with pytest.raises(OrinError, match=r"ppo\.fused=on, but .*Acrobot-v1"):
+        Trainer(_cfg(**{"env.env_id": "Acrobot-v1"}), tmp_path / "run", progress=False)
+
+
+def test_auto_keeps_the_general_path_on_a_cpu_learner(tmp_path):
+    cfg = _cfg(**{"ppo.fused": "auto", "train.device": "cpu"})
+    t = Trainer(cfg, tmp_path / "run", progress=False)
+    assert t.fused is None and t._fused_path() is None
+
+
+def test_big_minibatches_keep_torchs_update(tmp_path, small_threads, monkeypatch):
+    monkeypatch.setattr(fused, "MAX_FUSED_MINIBATCH", 4)  # 8 steps x 2 envs / 2 = 8 samples
+    summary = train(_cfg(**{"train.total_steps": 32}), tmp_path / "run", progress=False)
+    assert summary["fused"] == "rollout"
+    assert trainer_mod  # the module under test
