@@ -208,6 +208,12 @@ def main() -> None:
         help="sb3: PPO against Stable-Baselines3 on the CPU; gpu: GPU-native path "
         "(bench_train_gpu); offpolicy: SAC and DQN against SB3 (bench_train_offpolicy)",
     )
+    parser.add_argument("--rows", default="single,envs4096,seeds512",
+                        help="gpu suite: PureJaxRL's settings to run")  # fmt: skip
+    parser.add_argument("--paths", default="fused,general",
+                        help="gpu suite: our paths per row (fused: ppo.fused=auto; general: off)")  # fmt: skip
+    parser.add_argument("--peer-dir", type=Path, default=ROOT / ".peers-purejaxrl",
+                        help="gpu suite: a copy of ../shared/peers/purejaxrl")  # fmt: skip
     args = parser.parse_args()
     if args.suite == "offpolicy":
         sys.path.insert(0, str(Path(__file__).parent))

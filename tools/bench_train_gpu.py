@@ -1,17 +1,21 @@
-"""GPU-resident PPO against PureJaxRL's published CartPole-v1 figures (``bench_train.py --suite
-gpu``), and on a CPU box the GPU-native envs against the gymnasium path.
+"""GPU-resident PPO against PureJaxRL, both run in this call on the same GPU
+(``bench_train.py --suite gpu``), and on a CPU box the GPU-native envs against gymnasium.
 
-Each row is one ``orin-rl train`` process with PureJaxRL's CartPole hyper-parameters (4 envs x
-128 steps, 4 epochs x 4 minibatches, lr 2.5e-4 annealed, 64x64 tanh, clip 0.2, ent 0.01,
-gamma 0.99, lambda 0.95, grad clip 0.5). Wall time is the whole process: interpreter start-up,
-imports, CUDA context, graph capture / compile, training, and the final 20-episode evaluation
-(on gymnasium's CartPole, not on our env). PureJaxRL's figures were measured on this H200
-kind by the issue's author (they are quoted, not re-run here: JAX and PureJaxRL are not part of
-this project's environment).
+Each of our rows is one ``orin-rl train`` process with PureJaxRL's CartPole hyper-parameters
+(4 envs x 128 steps, 4 epochs x 4 minibatches, lr 2.5e-4 annealed, 64x64 tanh, clip 0.2,
+ent 0.01, gamma 0.99, lambda 0.95, grad clip 0.5), on the fused kernels (``ppo.fused=auto``)
+and on the general path (``ppo.fused=off``, CUDA graphs). Our process wall is the whole process:
+interpreter start-up, imports, CUDA context, kernel compile / graph capture, training and the
+final 20-episode evaluation on gymnasium's CartPole. ``ours_steps_per_s`` is the training loop's
+rate from the run's summary (first-iteration compile included).
+
+PureJaxRL (``../shared/peers/purejaxrl``, copied to ``.peers-purejaxrl``: its ppo.py unmodified
+and a timing script) runs first, in its own process: compile and train timed apart.
 """
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import platform
@@ -48,90 +52,107 @@ PUREJAXRL_PPO = [
     "train.tensorboard=false",
 ]
 
-# Quoted from the issue (PureJaxRL on the H200 kind); CleanRL ppo.py likewise.
-REFERENCE = {
-    "1 agent, 4 envs, 5e5 steps": {"wall_s": 9.2 + 5.6, "steps_per_s": 89_700, "final": 500},
-    "1 agent, 4096 envs x 128 x 100 updates": {"wall_s": 1.44, "steps_per_s": 36_400_000},
-    "512 agents x 4 envs x 5e5 steps": {"wall_s": 10.5, "steps_per_s": 24_300_000, "final": 489},
+ROWS = {  # PureJaxRL's three settings (its bench.py rows of the same names)
+    "single": ["--num-envs", "4", "--total-steps", "500000"],
+    "envs4096": ["--num-envs", "4096", "--total-steps", str(4096 * 128 * 100)],
+    "seeds512": ["--num-envs", "4", "--num-agents", "512", "--total-steps", "500000"],
 }
-CLEANRL_STEPS_PER_S = 1_600
-
-GPU_ROWS = [
-    # (row label, reference key, orin-rl train arguments)
-    ("1 agent, 4 envs: graphs fp32", "1 agent, 4 envs, 5e5 steps",
-     ["--num-envs", "4", "--total-steps", "500000", "--env-backend", "gpu", "--cuda-graphs"]),
-    ("1 agent, 4 envs: graphs bf16", "1 agent, 4 envs, 5e5 steps",
-     ["--num-envs", "4", "--total-steps", "500000", "--env-backend", "gpu", "--cuda-graphs",
-      "--precision", "bf16"]),
-    ("1 agent, 4 envs: graphs fp32 + torch.compile", "1 agent, 4 envs, 5e5 steps",
-     ["--num-envs", "4", "--total-steps", "500000", "--env-backend", "gpu", "--cuda-graphs",
-      "--compile"]),
-    ("1 agent, 4 envs: eager fp32, 5e4 steps (a tenth)", None,
-     ["--num-envs", "4", "--total-steps", "50000", "--env-backend", "gpu"]),
-    ("1 agent, 4096 envs: graphs fp32", "1 agent, 4096 envs x 128 x 100 updates",
-     ["--num-envs", "4096", "--total-steps", str(4096 * 128 * 100), "--env-backend", "gpu",
-      "--cuda-graphs"]),
-    ("1 agent, 4096 envs: eager fp32", "1 agent, 4096 envs x 128 x 100 updates",
-     ["--num-envs", "4096", "--total-steps", str(4096 * 128 * 100), "--env-backend", "gpu"]),
-    ("512 agents x 4 envs x 5e5 steps: graphs fp32", "512 agents x 4 envs x 5e5 steps",
-     ["--num-envs", "4", "--num-agents", "512", "--total-steps", "500000", "--env-backend",
-      "gpu", "--cuda-graphs"]),
-    ("CPU envs (gymnasium), GPU learner, 4 envs, 5e4 steps", None,
-     ["--num-envs", "4", "--total-steps", "50000", "--env-backend", "gym"]),
-]  # fmt: skip
+PATHS = {
+    "fused": ["--env-backend", "gpu", "--cuda-graphs", "--set", "ppo.fused=auto"],
+    "general": ["--env-backend", "gpu", "--cuda-graphs", "--set", "ppo.fused=off"],
+}
 
 
 def run_row(args: list[str], device: str, workdir: Path, seed: int = 1) -> dict:
     """One ``orin-rl train`` process; its summary plus the process wall time."""
     out = workdir / f"run-{time.monotonic_ns()}"
-    cmd = [
-        sys.executable,
-        "-m",
-        "orin_rl.cli",
-        "-q",
-        "train",
-        "--env",
-        "CartPole-v1",
-        "--device",
-        device,
-        "--seed",
-        str(seed),
-        "--out",
-        str(out),
-        "--no-progress",
-        *args,
-    ]
+    cmd = [sys.executable, "-m", "orin_rl.cli", "-q", "train", "--env", "CartPole-v1",
+           "--device", device, "--seed", str(seed), "--out", str(out), "--no-progress", *args]  # fmt: skip
     for override in PUREJAXRL_PPO:
         cmd += ["--set", override]
     start = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True)  # fmt: skip
     wall = time.perf_counter() - start
     if proc.returncode != 0:
-        return {"error": proc.stderr.strip().splitlines()[-1:], "process_wall_s": wall}
+        return {"error": proc.stderr.strip().splitlines()[-3:], "process_wall_s": wall}
     s = json.loads((out / "summary.json").read_text())
     agents = s.get("num_agents") or 1  # steps count every agent's environment steps
     return {
         "process_wall_s": round(wall, 3),
         "train_time_s": s["wall_time_s"],
         "total_steps": s["total_steps"] * agents,
-        "steps_per_s": round(s["total_steps"] * agents / wall),
-        "train_steps_per_s": round(s["steps_per_s"] * agents),
+        "steps_per_s": round(s["steps_per_s"] * agents),
         "final_eval_mean": s["eval_return_mean"],
+        "fused": s.get("fused"),
         "cuda_graphs": s["cuda_graphs"],
-        "per_agent": s.get("agents"),
+        "agents_solved": (
+            sum(a["eval_return_mean"] >= 475 for a in s["agents"]) if s.get("agents") else None
+        ),
     }
 
 
-def gpu_suite(rows: list, device: str) -> dict:
+def run_purejaxrl(peer_dir: Path, rows: list[str]) -> dict[str, dict]:
+    """PureJaxRL's bench.py in its own process (gymnax from its whl/); one JSON line per row."""
+    if not (peer_dir / "bench.py").exists():
+        print(f"PureJaxRL not found in {peer_dir}: copy ../shared/peers/purejaxrl there")
+        return {}
+    site = tempfile.mkdtemp(prefix="pjx-")
+    wheels = glob.glob(str(peer_dir / "whl" / "*.whl"))
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps",
+                    "--upgrade", "--target", site, *wheels], check=True)  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": site}  # the machine's own JAX and numpy
+    proc = subprocess.run([sys.executable, str(peer_dir / "bench.py"), "--rows", ",".join(rows)],
+                          env=env, capture_output=True, text=True)  # fmt: skip
+    out = {}
+    for line in proc.stdout.splitlines():
+        if line.startswith("{"):
+            r = json.loads(line)
+            out[r["run"]] = r
+    if proc.returncode != 0:
+        print("PureJaxRL failed:", proc.stderr[-2000:])
+    return out
+
+
+def gpu_suite(rows: list[str], paths: list[str], device: str, peer_dir: Path) -> dict:
+    peer = run_purejaxrl(peer_dir, rows)
     results = []
     with tempfile.TemporaryDirectory() as tmp:
-        for label, ref, args in tqdm(rows, desc="rows"):
-            r = run_row(args, device, Path(tmp))
-            r.update(label=label, reference=ref, args=args)
-            if ref and "process_wall_s" in r and "error" not in r:
-                r["wall_ratio_vs_purejaxrl"] = r["process_wall_s"] / REFERENCE[ref]["wall_s"]
+        for row in tqdm(rows, desc="rows"):
+            ours = {p: run_row(ROWS[row] + PATHS[p], device, Path(tmp)) for p in paths}
+            main = ours.get("fused") or next(iter(ours.values()))
+            pj = peer.get(row, {})
+            r = {
+                "row": row,
+                "ours_path": main.get("fused") or "general",
+                "ours_steps_per_s": main.get("steps_per_s"),
+                "purejaxrl_steps_per_s": pj.get("steps_per_s"),
+                "ours_process_wall_s": main.get("process_wall_s"),
+                "purejaxrl_compile_s": pj.get("compile_s"),
+                "purejaxrl_train_s": pj.get("train_s"),
+                "ours_final_eval": main.get("final_eval_mean"),
+                "purejaxrl_final_return": pj.get("final_mean_training_return"),
+                "runs": ours,
+            }
+            if r["ours_steps_per_s"] and r["purejaxrl_steps_per_s"]:
+                r["steps_per_s_ratio"] = round(
+                    r["ours_steps_per_s"] / r["purejaxrl_steps_per_s"], 3
+                )
+                total = r["purejaxrl_compile_s"] + r["purejaxrl_train_s"]
+                r["wall_vs_purejaxrl_compile_plus_train"] = round(
+                    r["ours_process_wall_s"] / total, 3
+                )
+            if "general" in ours and ours["general"].get("steps_per_s") and main.get("steps_per_s"):
+                r["fused_vs_general_steps_per_s"] = round(
+                    main["steps_per_s"] / ours["general"]["steps_per_s"], 2
+                )
+            if row == "seeds512" and main.get("process_wall_s"):
+                r["agents_per_minute"] = round(512 * 60 / main["process_wall_s"], 1)
+                if pj:
+                    r["purejaxrl_agents_per_minute"] = round(
+                        512 * 60 / (pj["compile_s"] + pj["train_s"]), 1
+                    )
             results.append(r)
-    return {"rows": results, "reference": REFERENCE, "cleanrl_steps_per_s": CLEANRL_STEPS_PER_S}
+    return {"rows": results, "purejaxrl": peer}
 
 
 def cpu_suite(seeds: int) -> dict:
@@ -171,29 +192,35 @@ def markdown(result: dict) -> str:
     lines = [f"# PPO CartPole-v1, GPU-native path ({result['machine']})", "",
              f"`{result['command']}`, {result['date']}, torch {result['torch']}.", ""]  # fmt: skip
     if "rows" in result:
-        lines += ["| run | wall s (process) | steps/s (process) | steps/s (training loop) | "
-                  "final eval | PureJaxRL wall s (quoted from issue 4, not run here) | "
-                  "our process wall / PureJaxRL's |",
-                  "|---|---|---|---|---|---|---|"]  # fmt: skip
+        lines += ["PureJaxRL ran in the same call on the same GPU (its own process, compile and "
+                  "train timed apart). Ours: one `orin-rl train` process per row.", "",
+                  "| row | our path | ours steps/s (loop) | PureJaxRL steps/s | ratio | "
+                  "our process wall s | PureJaxRL compile + train s | ours final eval | "
+                  "PureJaxRL final return | general path steps/s | fused / general |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
         for r in result["rows"]:
-            ref = REFERENCE.get(r["reference"] or "", {})
-            if "error" in r:
-                lines.append(f"| {r['label']} | failed: {r['error']} | | | | | |")
-                continue
-            ratio = r.get("wall_ratio_vs_purejaxrl")
+            gen = r["runs"].get("general", {})
+            comp = (f"{r['purejaxrl_compile_s']} + {r['purejaxrl_train_s']}"
+                    if r["purejaxrl_compile_s"] is not None else "not run")  # fmt: skip
+            ratio = r.get("steps_per_s_ratio")
+            fg = r.get("fused_vs_general_steps_per_s")
             lines.append(
-                f"| {r['label']} | {r['process_wall_s']:.1f} | {r['steps_per_s']:,} | "
-                f"{r['train_steps_per_s']:,} | "
-                f"{r['final_eval_mean']} | {round(ref['wall_s'], 2) if ref else '—'} | "
-                f"{f'{ratio:.2f}×' if ratio else '—'} |"
+                f"| {r['row']} | {r['ours_path']} | {_n(r['ours_steps_per_s'])} | "
+                f"{_n(r['purejaxrl_steps_per_s'])} | {f'{ratio:.2f}×' if ratio else '—'} | "
+                f"{r['ours_process_wall_s']} | {comp} | {r['ours_final_eval']} | "
+                f"{r['purejaxrl_final_return']} | {_n(gen.get('steps_per_s'))} | "
+                f"{f'{fg:.2f}×' if fg else '—'} |"
             )
-        lines += ["", "The last column divides our whole process's wall time (start-up, CUDA "
-                  "and Numba initialisation, capture and the final evaluation included) by "
-                  "PureJaxRL's quoted figure, which was not run here and excludes JAX's compile "
-                  "time: unlike quantities, so read it as an upper bound on how much slower we "
-                  "are, not as a measured ratio.", "",
-                  f"CleanRL ppo.py on this machine kind (quoted from issue 4, not run here): "
-                  f"{result['cleanrl_steps_per_s']:,} steps/s.", ""]  # fmt: skip
+        for r in result["rows"]:
+            if "agents_per_minute" in r:
+                lines += ["", f"Agents trained per minute (seeds512, whole process): ours "
+                          f"{r['agents_per_minute']}, PureJaxRL "
+                          f"{r.get('purejaxrl_agents_per_minute', '—')} (compile + train)."]  # fmt: skip
+        errors = [(r["row"], p, x["error"]) for r in result["rows"] for p, x in r["runs"].items()
+                  if "error" in x]  # fmt: skip
+        for row, path, err in errors:
+            lines.append(f"- {row} / {path} failed: {err}")
+        lines.append("")
     else:
         s = result["summary"]
         lines += ["| env backend | solved | median time to solve s | median steps/s |",
@@ -205,12 +232,17 @@ def markdown(result: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _n(value) -> str:
+    return f"{value:,}" if isinstance(value, (int, float)) else "—"
+
+
 def main(args) -> None:
     device = "cuda" if torch.cuda.is_available() else "cpu"
     if device == "cuda":
-        result = gpu_suite(GPU_ROWS, device)
+        rows = args.rows.split(",")
+        result = gpu_suite(rows, args.paths.split(","), device, args.peer_dir)
         gpu = torch.cuda.get_device_name(0)
-        name = args.name if args.name != "train_cpu" else "train_h200"
+        name = args.name if args.name != "train_cpu" else "vs_purejaxrl_h200"
     else:
         result = cpu_suite(args.seeds)
         gpu = "no GPU"
