@@ -302,6 +302,11 @@ def test_blocker_names_what_is_missing():
     cfg.train.precision = "bf16"
     assert fused.blocker(cfg, env, policy, cuda, False) == "precision bf16"
     cfg.train.precision = "fp32"
+    cfg.buffer.placement = "pinned"
+    assert "buffer placement pinned" in fused.blocker(cfg, env, policy, cuda, False)
+    cfg.buffer.placement = "auto"
+    assert "float64" in fused.blocker(cfg, CartPole(2, "cpu", dtype=torch.float64), policy,
+                                      cuda, False)  # fmt: skip
     cfg.ppo.fused = "off"
     assert fused.blocker(cfg, env, policy, cuda, False) == "ppo.fused is off"
     cfg.ppo.fused = "auto"
