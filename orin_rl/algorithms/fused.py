@@ -1,26 +1,32 @@
 """Fused PPO: a whole rollout in one Numba CUDA kernel and, for small batches, the whole update
 in another, instead of the thousands of small torch kernels of the general path.
 
-Measured on the H200 (docs/benchmarks/profile_h200.md), the general path's iteration with 4
-envs is launch-bound: ~40 torch kernels per env step and ~100 per minibatch step, each a few
-microseconds even inside a CUDA graph, against well under a microsecond of arithmetic.
+Measured on the H200 (docs/benchmarks/profile_h200.md), one 4-env iteration of the general path
+is 12,672 GPU ops in the rollout (~99 per env step) and 2,703 in the update (~170 per minibatch
+step), 1-2 µs of device time each; its CUDA graph replays them in 28.1 ms. The fused
+iteration takes 12.1 ms (profile_fused_h200.md), most of it in the update kernel. See
+docs/fused.md for the measurements and why ``ppo.fused`` is off by default (compile time).
 
 - ``rollout`` kernel: grid = agents x env chunks, a block runs its envs for all ``num_steps``:
-  the actor and critic forward passes (weights read from global memory, activations in shared
-  memory), the categorical draw, the env step, the time limit, auto-reset, the episode
-  statistics, every buffer field, the value of the true final observation where an episode was
-  truncated, and GAE at the end. The uniform draws come from one ``torch.rand`` per iteration
-  (torch's CUDA generator, saved in checkpoints), so a resumed run draws what it would have.
+  the actor and critic forward passes (the agent's weights copied into shared memory), the
+  categorical draw, the env step, the time limit, auto-reset, the episode statistics, every
+  buffer field, the value of the true final observation where an episode was truncated, and
+  GAE at the end. The uniform draws come from one ``torch.rand`` per iteration (torch's CUDA
+  generator, saved in checkpoints), so a resumed run draws what it would have.
 - ``update`` kernel: grid = agents, a block runs every epoch and minibatch of its agent:
   advantage normalisation, the minibatch gather (the permutation is one torch sort of uniform
   keys per iteration), forward, the PPO loss's gradient by hand (clipped surrogate, clipped
-  value loss, entropy), backward, the global grad-norm clip and Adam with torch's formula.
-  One block per agent cannot beat cuBLAS on big minibatches, so it is used only up to
-  ``MAX_FUSED_MINIBATCH`` samples per agent; above that the fused rollout feeds torch's update.
+  value loss, entropy), backward, the global grad-norm clip and Adam with torch's formula. The
+  two W2 matrices stay in shared memory and their gradients in registers; the minibatch goes
+  through in chunks of ``CHUNK`` samples. One block per agent cannot beat cuBLAS on big
+  minibatches, so it is used only up to ``MAX_FUSED_MINIBATCH`` samples per agent; above that
+  the fused rollout feeds torch's update.
 
 Scope (``blocker`` names what is missing, and the trainer logs it and runs the general path):
-CartPole-v1 on the GPU-native backend, a categorical policy with two hidden layers (tanh or
-relu), fp32, no observation/reward normalisation, no ``target_kl``, one process.
+CartPole-v1 on the GPU-native backend (float32), a categorical policy with two hidden layers
+(tanh or relu) whose weights fit in a block's 48 KiB of static shared memory, fp32, no
+observation/reward normalisation, no ``target_kl``, one process, the rollout buffer on the
+device (or managed).
 
 Every agent's parameters live in one flat float32 buffer that the torch modules view: parameter
 tensor ``l`` occupies ``[K * off_l, K * (off_l + size_l))`` with agent ``k``'s block at
