@@ -132,7 +132,22 @@ def check_identical(module: nn.Module, world_size: int) -> None:
         raise DistributedError(f"parameters differ across ranks: {digests}")
 
 
-def shutdown() -> None:
-    """Leave the process group (if one was joined)."""
-    if dist.is_initialized():
-        dist.destroy_process_group()
+def shutdown(wait_for_peers: bool = False) -> None:
+    """Leave the process group (if one was joined).
+
+    ``wait_for_peers`` (a run that ended normally on every rank): a barrier first, so every rank
+    leaves together. Without it a non-main rank tore the group down and exited right after its
+    last collective, while rank 0 was still evaluating; rarely (once in CI, once in about 170
+    runs here) that exit aborted in libstdc++ with "terminate called without an active
+    exception". The cause inside torch/gloo was not found; the barrier closes the window in
+    which it happened. A failed run skips it: a dead peer would hold the barrier until the
+    process-group timeout.
+    """
+    if not dist.is_initialized():
+        return
+    if wait_for_peers and dist.get_world_size() > 1:
+        if dist.get_backend() == "nccl":
+            dist.barrier(device_ids=[torch.cuda.current_device()])
+        else:
+            dist.barrier()
+    dist.destroy_process_group()

@@ -836,14 +836,18 @@ def train(
             raise RunFolderError(f"{run_dir}: not a run folder (no config.yaml); not deleting it")
         shutil.rmtree(run_dir)
     online = uses_online(run_dir) if resume else cfg.online.enabled
+    finished = False
     try:
         if online:
             from orin_rl.runners.online import OnlineTrainer
 
-            return OnlineTrainer(cfg, run_dir, resume=resume, progress=progress).learn()
-        return Trainer(cfg, run_dir, resume=resume, progress=progress).learn()
+            summary = OnlineTrainer(cfg, run_dir, resume=resume, progress=progress).learn()
+        else:
+            summary = Trainer(cfg, run_dir, resume=resume, progress=progress).learn()
+        finished = True
+        return summary
     finally:
-        distributed.shutdown()
+        distributed.shutdown(wait_for_peers=finished)
 
 
 def uses_online(run_dir: str | Path) -> bool:

@@ -152,3 +152,32 @@ def test_collectives_across_two_ranks_with_different_data(tmp_path):
     assert torch.allclose(r1["adv"], (r1["own_adv"] - mean) / (std + 1e-8), atol=1e-5)
     assert torch.equal(r0["rows"], torch.tensor([[0.0] * 3] * 2 + [[1.0] * 3] * 2))
     assert r0["flags"] == r1["flags"] == [True, False]
+
+
+def _leaving_worker(rank: int, store: str, out: str) -> None:
+    """Rank 0 is slow to finish (an evaluation); both call shutdown as the trainer does."""
+    import time
+
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
+    distributed.gather_floats(float(rank), 2, torch.device("cpu"))  # the last collective
+    if rank == 0:
+        time.sleep(1.0)
+    arrived = time.time()
+    distributed.shutdown(wait_for_peers=True)
+    torch.save({"arrived": arrived, "left": time.time()}, f"{out}-{rank}.pt")
+
+
+def test_ranks_leave_the_group_together(tmp_path):
+    """After a normal end, a rank that finished first waits in shutdown for rank 0: no rank
+    tears the group down while a peer is still in it (the window of a rare libstdc++ abort)."""
+    import torch.multiprocessing as mp
+
+    out = str(tmp_path / "left")
+    mp.start_processes(
+        _leaving_worker, args=(str(tmp_path / "store"), out), nprocs=2, start_method="spawn"
+    )
+    r0, r1 = (torch.load(f"{out}-{r}.pt", weights_only=True) for r in (0, 1))
+    assert r1["arrived"] < r0["arrived"] - 0.5  # rank 1 was done first ...
+    assert r1["left"] >= r0["arrived"]  # ... and left only once rank 0 was there too
