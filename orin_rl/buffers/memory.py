@@ -7,6 +7,8 @@ Numba gets a view made once at allocation (``Storage.view``).
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import logging
 from dataclasses import dataclass
 from typing import Any
@@ -35,6 +37,20 @@ class Storage:
     """Numba view for kernels: numpy array on host memory, device array on CUDA memory."""
     placement: str
     """Where the memory lives."""
+
+    @functools.cached_property
+    def host(self) -> np.ndarray | None:
+        """A numpy array over the same memory that the CPU may write into, or None (``device``).
+
+        For ``managed`` storage the CPU writes into the DRAM the GPU reads: no copy. Call
+        ``host_write_fence`` first on a CUDA learner.
+        """
+        if self.placement == "device":
+            return None
+        if self.placement == "managed":
+            # A Numba managed array is an ndarray subclass; its own .view() means something else.
+            return np.ndarray.view(self.view, np.ndarray)
+        return self.tensor.numpy()
 
 
 def cuda_simulated() -> bool:
@@ -120,4 +136,46 @@ def _allocate_managed(shape: tuple[int, ...], dtype: torch.dtype, device: torch.
         array = cuda.managed_array(shape, dtype=np_dtype)
     tensor = torch.as_tensor(array, device=device)
     tensor.zero_()
+    if tensor.numel() and not is_managed_pointer(tensor.data_ptr()):
+        raise PlacementError(
+            f"the CUDA driver does not report the buffer at {tensor.data_ptr():#x} as managed "
+            "memory; use --set buffer.placement=device"
+        )
     return Storage(tensor, array, "managed")
+
+
+# CUpointer_attribute (cuda.h): CU_POINTER_ATTRIBUTE_IS_MANAGED.
+_CU_POINTER_ATTRIBUTE_IS_MANAGED = 8
+_libcuda: ctypes.CDLL | None = None
+
+
+def is_managed_pointer(ptr: int) -> bool:
+    """Whether the CUDA driver reports ``ptr`` as managed (unified) memory.
+
+    ``cuPointerGetAttribute(CU_POINTER_ATTRIBUTE_IS_MANAGED)``, straight from libcuda: memory the
+    driver does not know (plain host memory) is not managed. Needs an initialised driver.
+    """
+    global _libcuda
+    if _libcuda is None:
+        try:
+            _libcuda = ctypes.CDLL("libcuda.so.1")
+        except OSError as exc:
+            raise PlacementError(
+                f"no CUDA driver (libcuda.so.1) to ask about {ptr:#x}: {exc}"
+            ) from None
+    value = ctypes.c_uint(0)
+    status = _libcuda.cuPointerGetAttribute(
+        ctypes.byref(value), ctypes.c_int(_CU_POINTER_ATTRIBUTE_IS_MANAGED), ctypes.c_uint64(ptr)
+    )
+    return status == 0 and bool(value.value)
+
+
+def host_write_fence(device: torch.device) -> None:
+    """Wait until ``device`` runs no kernel, before the CPU writes into managed memory.
+
+    Where a GPU reports ``concurrentManagedAccess`` 0, the CPU must not touch managed memory
+    while any kernel runs (NVIDIA, CUDA for Tegra, "Effective Usage of Unified Memory on Tegra");
+    on every GPU the write must not overtake a kernel still reading the old contents.
+    """
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)

@@ -6,6 +6,7 @@ import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from orin_rl.buffers import memory, ops
@@ -159,6 +160,22 @@ class RolloutBuffer:
         """Device of the tensors (CPU for host/pinned placements)."""
         return self._store["obs"].tensor.device
 
+    @property
+    def host_writable(self) -> bool:
+        """Whether the CPU can write observations straight into the storage the learner reads:
+        ``host`` storage for a CPU learner, ``managed`` for a CUDA one (one DRAM on Orin)."""
+        return self.placement == "managed" or (
+            self.placement == "host" and self.device.type == "cpu"
+        )
+
+    def obs_slot(self, t: int) -> tuple[np.ndarray, torch.Tensor]:
+        """Step ``t``'s observation storage as (host array, learner tensor) of one memory, for an
+        env to write into (``host_writable`` storage only)."""
+        store = self._store["obs"]
+        if not self.host_writable or store.host is None:
+            raise ValueError(f"{self.placement} storage on {self.device} is not host-writable")
+        return store.host[t], store.tensor[t]
+
     def __getattr__(self, name: str) -> torch.Tensor:
         store = self.__dict__.get("_store")
         if store is not None and name in store:
@@ -176,8 +193,12 @@ class RolloutBuffer:
             value = getattr(transition, name)
             if value is None:
                 raise ValueError(f"transition.{name} was not set before add()")
+            dest = self._store[name].tensor[t]
+            same = value.data_ptr() == dest.data_ptr() and value.device == dest.device
+            if same and value.shape == dest.shape:
+                continue  # the env wrote this step straight into the slot (obs_slot)
             if self.storage_device.type == "cuda":
-                self._store[name].tensor[t].copy_(value, non_blocking=True)
+                dest.copy_(value, non_blocking=True)
             else:
                 ops.write_step(self._step_views[name], t, value.to(self._store[name].tensor.dtype))
         self.step += 1

@@ -12,6 +12,7 @@ import torch
 from gymnasium.vector import AutoresetMode
 from gymnasium.wrappers.vector import RecordEpisodeStatistics
 
+from orin_rl.buffers import memory
 from orin_rl.env_factory import EnvMakeError, import_env_module, resolve_wrappers
 from orin_rl.envs.base import StepResult
 from orin_rl.errors import OrinError
@@ -78,6 +79,37 @@ class GymVecEnv:
         self._lengths: list[int] = []
         self.seed: int | None = None
         """Seed used by the first ``reset()`` that is not given one."""
+        self._staged: dict[str, memory.Storage] | None = None
+        self._parity = 0
+
+    def stage_outputs(self, placement: str) -> None:
+        """Write every step's outputs into storage allocated once in ``placement`` (``host`` on a
+        CPU learner, ``managed`` on a CUDA one) instead of copying them to the device.
+
+        On an integrated GPU (Orin) the CPU then writes into the DRAM the GPU reads, and no
+        host-to-device copy is made. The tensors a ``step``/``reset`` returns are views of that
+        storage, valid until the second-next call (two sets alternate). Float observations only:
+        the storage is float32.
+        """
+        if not np.issubdtype(self.observation_space.dtype, np.floating):
+            raise EnvError(
+                f"staged outputs hold float32 observations; {self.observation_space} is not float"
+            )
+        shape = tuple(self.observation_space.shape)
+        n, f32 = self.num_envs, torch.float32
+        layout = {"obs": (shape, f32), "final_obs": (shape, f32), "reward": ((), f32),
+                  "terminated": ((), torch.bool), "truncated": ((), torch.bool)}  # fmt: skip
+        self._staged = {
+            name: memory.allocate((2, n, *per_env), dtype, placement, self.device)
+            for name, (per_env, dtype) in layout.items()
+        }
+
+    def _slots(self) -> dict[str, tuple[np.ndarray, torch.Tensor]]:
+        """This call's set of staged outputs (host array, tensor), after the write fence."""
+        assert self._staged is not None
+        memory.host_write_fence(self.device)  # no kernel may still read (or run, on Tegra)
+        k, self._parity = self._parity, self._parity ^ 1
+        return {name: (s.host[k], s.tensor[k]) for name, s in self._staged.items()}
 
     def _to_torch(self, array: np.ndarray, dtype: torch.dtype | None = None) -> torch.Tensor:
         tensor = torch.from_numpy(np.asarray(array))
@@ -95,10 +127,22 @@ class GymVecEnv:
         if seed is None:
             seed, self.seed = self.seed, None
         obs, _ = self._env.reset(seed=seed)
+        if self._staged is not None:
+            host, tensor = self._slots()["obs"]
+            np.copyto(host, obs, casting="same_kind")
+            return tensor
         return self._obs(obs)
 
-    def step(self, actions: torch.Tensor) -> StepResult:
-        """Step with a batch of actions; see StepResult for the auto-reset semantics."""
+    def step(
+        self,
+        actions: torch.Tensor,
+        obs_out: tuple[np.ndarray, torch.Tensor] | None = None,
+    ) -> StepResult:
+        """Step with a batch of actions; see StepResult for the auto-reset semantics.
+
+        ``obs_out`` (staged outputs only): a (host array, tensor) pair of one memory, e.g. the
+        rollout buffer's next observation slot; the observations are written straight into it.
+        """
         act = actions.detach().cpu().numpy()
         if self._discrete:
             act = act.astype(np.int64).reshape(self.num_envs)
@@ -111,21 +155,56 @@ class GymVecEnv:
             if error is None:
                 raise
             raise error from exc
+        if "_episode" in info:
+            done = info["_episode"]
+            self._returns.extend(info["episode"]["r"][done].tolist())
+            self._lengths.extend(info["episode"]["l"][done].tolist())
+        if self._staged is not None:
+            return self._write_staged(obs, reward, terminated, truncated, info, obs_out)
+        if obs_out is not None:
+            raise EnvError("step(obs_out=...) needs stage_outputs() first")
         final_obs = obs
         if "_final_obs" in info:
             mask = info["_final_obs"]
             final_obs = obs.copy()
             final_obs[mask] = np.stack(info["final_obs"][mask])
-        if "_episode" in info:
-            done = info["_episode"]
-            self._returns.extend(info["episode"]["r"][done].tolist())
-            self._lengths.extend(info["episode"]["l"][done].tolist())
         return StepResult(
             obs=self._obs(obs),
             reward=self._to_torch(reward, torch.float32),
             terminated=self._to_torch(terminated),
             truncated=self._to_torch(truncated),
             final_obs=self._obs(final_obs),
+            info=info,
+        )
+
+    def _write_staged(
+        self,
+        obs: np.ndarray,
+        reward: np.ndarray,
+        terminated: np.ndarray,
+        truncated: np.ndarray,
+        info: dict[str, Any],
+        obs_out: tuple[np.ndarray, torch.Tensor] | None,
+    ) -> StepResult:
+        """The step's results written by the CPU into the staged storage (no device copy)."""
+        slots = self._slots()
+        obs_host, obs_tensor = obs_out if obs_out is not None else slots["obs"]
+        np.copyto(obs_host, obs, casting="same_kind")
+        final_obs = obs_tensor
+        if "_final_obs" in info:
+            final_host, final_obs = slots["final_obs"]
+            mask = info["_final_obs"]
+            np.copyto(final_host, obs, casting="same_kind")
+            final_host[mask] = np.stack(info["final_obs"][mask])
+        for name, value in (("reward", reward), ("terminated", terminated),
+                            ("truncated", truncated)):  # fmt: skip
+            np.copyto(slots[name][0], value, casting="same_kind")
+        return StepResult(
+            obs=obs_tensor,
+            reward=slots["reward"][1],
+            terminated=slots["terminated"][1],
+            truncated=slots["truncated"][1],
+            final_obs=final_obs,
             info=info,
         )
 

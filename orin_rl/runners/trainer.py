@@ -244,6 +244,7 @@ class Trainer:
         self.buffer = self.algo.replay
         self.use_graphs = False
         self.fused = None
+        self.obs_into_buffer = False
 
     def _make_ppo(self) -> None:
         cfg = self.cfg
@@ -290,6 +291,31 @@ class Trainer:
         else:
             self.algo = PPO(*args, **options, dist_ctx=self.dist)
         self._make_fused()
+        self._make_obs_into_buffer()
+
+    def _make_obs_into_buffer(self) -> None:
+        """CPU envs write straight into storage the learner reads, where the buffer allows it.
+
+        ``host`` storage on a CPU learner, ``managed`` on a CUDA one (auto on an integrated GPU
+        such as Orin, where CPU and GPU share the DRAM): each step's observations go into the
+        rollout buffer's next slot and the other outputs into env-owned storage of the same
+        placement. The learner reads them where they are: no host-to-device copy, and no copy
+        of the observation into the buffer. (The fused path and CUDA graphs have GPU envs.)
+        """
+        self.obs_into_buffer = False
+        env_obs = self.env.observation_space
+        if not (
+            isinstance(self.env, envs.GymVecEnv)
+            and self.num_agents == 1
+            and self.fused is None
+            and not self.use_graphs
+            and self.buffer.host_writable
+            and np.issubdtype(env_obs.dtype, np.floating)
+        ):
+            return
+        self.env.stage_outputs(self.buffer.placement)
+        self.obs_into_buffer = True
+        log.info("gym envs write into %s storage: no device copy", self.buffer.placement)
 
     def _make_fused(self) -> None:
         """The fused kernels where they apply (``ppo.fused``); the choice is logged."""
@@ -448,7 +474,7 @@ class Trainer:
             with nvtx_range("rollout", nvtx):
                 for _ in range(self.rollout_steps):  # batched env steps into the buffer
                     actions = algo.act(obs)
-                    step = self.env.step(actions)
+                    step = self._env_step(actions)
                     algo.process_env_step(step)
                     obs = step.obs
             with nvtx_range("gae", nvtx):
@@ -459,6 +485,15 @@ class Trainer:
             torch.cuda.current_stream(self.device).wait_stream(side)
             self._capture(obs)
         return obs, losses
+
+    def _env_step(self, actions: torch.Tensor) -> Any:
+        """``env.step``; with ``obs_into_buffer`` the observations land in the next buffer slot
+        (the last step's in the env's own storage: it starts the next rollout)."""
+        buffer = self.algo.buffer
+        nxt = buffer.step + 1
+        if self.obs_into_buffer and nxt < buffer.num_steps:
+            return self.env.step(actions, obs_out=buffer.obs_slot(nxt))
+        return self.env.step(actions)
 
     def _fused_iterate(self) -> tuple[torch.Tensor, dict[str, float]]:
         """One iteration of the fused kernels (a graph replay when the update is torch's)."""
@@ -669,6 +704,7 @@ class Trainer:
             or getattr(self.algo, "_graph", None) is not None,
             "compiled": cfg.train.compile,
             "fused": self._fused_path(),
+            "obs_into_buffer": self.obs_into_buffer,
             "world_size": self.dist.world_size,
             "backend": self.dist.backend or None,
             "num_agents": self.num_agents,

@@ -72,3 +72,40 @@ def test_gpu_storage_is_zero_copy(placement):
     else:  # the Numba view points at the very bytes torch wrote
         assert s.view.__cuda_array_interface__["data"][0] == s.tensor.data_ptr()
         assert s.view.shape == (3, 4)
+
+
+def test_host_writes_land_in_the_tensor():
+    """``Storage.host`` is the tensor's own memory: what the CPU writes there the learner reads."""
+    s = memory.allocate((2, 3), torch.float32, "host", CPU)
+    s.host[1] = [1.0, 2.0, 3.0]
+    assert s.tensor[1].tolist() == [1.0, 2.0, 3.0]
+    assert s.host is s.host  # made once
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    ("placement", "managed"), [("managed", True), ("device", False), ("pinned", False)]
+)
+def test_the_driver_says_which_storage_is_managed(placement, managed):
+    """Pointer attributes from the CUDA driver, not pointer equality: managed storage really is
+    unified memory, and the CPU's writes into ``host`` reach the GPU's tensor without a copy."""
+    s = memory.allocate((64, 4), torch.float32, placement, CUDA)
+    assert memory.is_managed_pointer(s.tensor.data_ptr()) is managed
+    if placement == "device":
+        assert s.host is None
+        return
+    memory.host_write_fence(CUDA)
+    s.host[3] = [1.0, 2.0, 3.0, 4.0]
+    assert (s.tensor[3] * 2).tolist() == [2.0, 4.0, 6.0, 8.0]  # pinned: s.tensor is on the host
+
+
+def test_no_driver_is_named(monkeypatch):
+    """Without libcuda the pointer query names what is missing instead of a ctypes traceback."""
+
+    def no_lib(name):
+        raise OSError(f"{name}: cannot open shared object file")
+
+    monkeypatch.setattr(memory, "_libcuda", None)
+    monkeypatch.setattr(memory.ctypes, "CDLL", no_lib)
+    with pytest.raises(PlacementError, match=r"no CUDA driver \(libcuda.so.1\)"):
+        memory.is_managed_pointer(0x1000)

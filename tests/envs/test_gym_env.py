@@ -77,7 +77,85 @@ def test_async_vectorization_matches_sync():
     torch.testing.assert_close(out[0], out[1])
 
 
+def _staged_run(env_id, n, seed, max_steps, actions, slots=None):
+    """Outputs of a staged adapter, copied out step by step (``slots``: obs_out per step)."""
+    vec = make(env_id, n, seed=seed, max_episode_steps=max_steps)
+    vec.stage_outputs("host")
+    out = [vec.reset().clone()]
+    for i, a in enumerate(actions):
+        kwargs = {"obs_out": slots[i]} if slots is not None else {}
+        step = vec.step(torch.as_tensor(a), **kwargs)
+        out.append([t.clone() for t in (step.obs, step.reward, step.terminated, step.truncated,
+                                        step.final_obs)])  # fmt: skip
+    vec.close()
+    return out
+
+
+@pytest.mark.parametrize(("env_id", "max_steps"), [("CartPole-v1", 25), ("Pendulum-v1", 15)])
+def test_staged_outputs_equal_the_copied_ones(rng, env_id, max_steps):
+    """``stage_outputs`` (CPU writes into storage made once; managed memory on Orin) gives the
+    same steps as the copying adapter: observations, rewards, flags, true final observations."""
+    n, seed = 3, int(rng.integers(1 << 30))
+    probe = make(env_id, n, seed=seed, max_episode_steps=max_steps)
+    actions = [np.stack([probe.action_space.sample() for _ in range(n)]) for _ in range(60)]
+    probe.close()
+    staged = _staged_run(env_id, n, seed, max_steps, actions)
+    vec = make(env_id, n, seed=seed, max_episode_steps=max_steps)
+    torch.testing.assert_close(staged[0], vec.reset(), rtol=0, atol=0)
+    ended = 0
+    for a, got in zip(actions, staged[1:], strict=True):
+        step = vec.step(torch.as_tensor(a))
+        want = (step.obs, step.reward, step.terminated, step.truncated, step.final_obs)
+        for g, w in zip(got, want, strict=True):
+            torch.testing.assert_close(g, w, rtol=0, atol=0)
+        ended += int((step.terminated | step.truncated).sum())
+    assert ended > 0, "the test must cross an episode end (final_obs differs from obs there)"
+
+
+def test_staged_outputs_are_views_valid_for_two_calls():
+    """Returned tensors are the staged storage itself, two sets alternating: a step's outputs
+    survive the next step (the learner still holds obs and next obs) and are reused after."""
+    vec = make("CartPole-v1", 2, seed=1)
+    vec.stage_outputs("host")
+    obs0 = vec.reset()
+    kept = obs0.clone()
+    first = vec.step(torch.zeros(2, dtype=torch.int64))
+    torch.testing.assert_close(obs0, kept, rtol=0, atol=0)  # not overwritten by the next call
+    assert first.obs.data_ptr() != obs0.data_ptr()
+    second = vec.step(torch.zeros(2, dtype=torch.int64))
+    assert second.obs.data_ptr() == obs0.data_ptr() and second.reward.data_ptr() != \
+        first.reward.data_ptr()  # fmt: skip
+    storage = vec._staged["obs"].tensor
+    assert storage.data_ptr() <= first.obs.data_ptr() < storage.data_ptr() + storage.nbytes
+
+
+def test_obs_out_receives_the_observations():
+    """``obs_out`` (the rollout buffer's next slot): the env writes there and returns that very
+    tensor; the other outputs stay in the env's storage."""
+    vec = make("CartPole-v1", 3, seed=2)
+    vec.stage_outputs("host")
+    vec.reset()
+    slot = torch.full((3, 4), -9.0)
+    step = vec.step(torch.ones(3, dtype=torch.int64), obs_out=(slot.numpy(), slot))
+    assert step.obs is slot and bool((slot != -9.0).all())
+    ref = make("CartPole-v1", 3, seed=2)
+    ref.reset()
+    torch.testing.assert_close(slot, ref.step(torch.ones(3, dtype=torch.int64)).obs)
+
+
 class TestErrors:
+    def test_obs_out_needs_staging(self):
+        vec = make("CartPole-v1", 1, seed=0)
+        vec.reset()
+        slot = torch.zeros(1, 4)
+        with pytest.raises(EnvError, match="stage_outputs"):
+            vec.step(torch.zeros(1, dtype=torch.int64), obs_out=(slot.numpy(), slot))
+
+    def test_staging_needs_float_observations(self):
+        vec = make("FrozenLake-v1", 1, seed=0)
+        with pytest.raises(EnvError, match="not float"):
+            vec.stage_outputs("host")
+
     def test_unknown_env(self):
         with pytest.raises(EnvError, match="NoSuchEnv"):
             make("NoSuchEnv-v0", 1)
