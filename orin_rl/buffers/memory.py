@@ -136,11 +136,14 @@ def _allocate_managed(shape: tuple[int, ...], dtype: torch.dtype, device: torch.
         array = cuda.managed_array(shape, dtype=np_dtype)
     tensor = torch.as_tensor(array, device=device)
     tensor.zero_()
-    if tensor.numel() and not is_managed_pointer(tensor.data_ptr()):
+    managed = query_managed(tensor.data_ptr()) if tensor.numel() else True
+    if managed is False:
         raise PlacementError(
             f"the CUDA driver does not report the buffer at {tensor.data_ptr():#x} as managed "
             "memory; use --set buffer.placement=device"
         )
+    if managed is None:
+        log.warning("the CUDA driver could not say whether the managed buffer is managed")
     return Storage(tensor, array, "managed")
 
 
@@ -149,11 +152,12 @@ _CU_POINTER_ATTRIBUTE_IS_MANAGED = 8
 _libcuda: ctypes.CDLL | None = None
 
 
-def is_managed_pointer(ptr: int) -> bool:
-    """Whether the CUDA driver reports ``ptr`` as managed (unified) memory.
+def query_managed(ptr: int) -> bool | None:
+    """Whether the CUDA driver reports ``ptr`` as managed (unified) memory; None where the query
+    itself failed (no current context, or host memory CUDA never registered).
 
-    ``cuPointerGetAttribute(CU_POINTER_ATTRIBUTE_IS_MANAGED)``, straight from libcuda: memory the
-    driver does not know (plain host memory) is not managed. Needs an initialised driver.
+    ``cuPointerGetAttribute(CU_POINTER_ATTRIBUTE_IS_MANAGED)``, straight from libcuda, so the
+    answer is the driver's own, not an inference from pointers that match.
     """
     global _libcuda
     if _libcuda is None:
@@ -167,7 +171,7 @@ def is_managed_pointer(ptr: int) -> bool:
     status = _libcuda.cuPointerGetAttribute(
         ctypes.byref(value), ctypes.c_int(_CU_POINTER_ATTRIBUTE_IS_MANAGED), ctypes.c_uint64(ptr)
     )
-    return status == 0 and bool(value.value)
+    return bool(value.value) if status == 0 else None
 
 
 def host_write_fence(device: torch.device) -> None:
