@@ -162,14 +162,18 @@ def query_managed(ptr: int) -> bool | None:
     global _libcuda
     if _libcuda is None:
         try:
-            _libcuda = ctypes.CDLL("libcuda.so.1")
+            lib = ctypes.CDLL("libcuda.so.1")
         except OSError as exc:
             raise PlacementError(
                 f"no CUDA driver (libcuda.so.1) to ask about {ptr:#x}: {exc}"
             ) from None
+        # CUresult cuPointerGetAttribute(void *data, CUpointer_attribute, CUdeviceptr)
+        lib.cuPointerGetAttribute.argtypes = (ctypes.c_void_p, ctypes.c_int, ctypes.c_uint64)
+        lib.cuPointerGetAttribute.restype = ctypes.c_int
+        _libcuda = lib
     value = ctypes.c_uint(0)
     status = _libcuda.cuPointerGetAttribute(
-        ctypes.byref(value), ctypes.c_int(_CU_POINTER_ATTRIBUTE_IS_MANAGED), ctypes.c_uint64(ptr)
+        ctypes.byref(value), _CU_POINTER_ATTRIBUTE_IS_MANAGED, ptr
     )
     return bool(value.value) if status == 0 else None
 

@@ -77,14 +77,14 @@ def test_async_vectorization_matches_sync():
     torch.testing.assert_close(out[0], out[1])
 
 
-def _staged_run(env_id, n, seed, max_steps, actions, slots=None):
-    """Outputs of a staged adapter, copied out step by step (``slots``: obs_out per step)."""
+def _staged_run(env_id, n, seed, max_steps, actions, slots):
+    """Outputs of a staged adapter, copied out step by step (``slots``: obs_out per step, or
+    None for the env's own storage)."""
     vec = make(env_id, n, seed=seed, max_episode_steps=max_steps)
     vec.stage_outputs("host")
     out = [vec.reset().clone()]
     for i, a in enumerate(actions):
-        kwargs = {"obs_out": slots[i]} if slots is not None else {}
-        step = vec.step(torch.as_tensor(a), **kwargs)
+        step = vec.step(torch.as_tensor(a), obs_out=slots[i])
         out.append([t.clone() for t in (step.obs, step.reward, step.terminated, step.truncated,
                                         step.final_obs)])  # fmt: skip
     vec.close()
@@ -94,12 +94,15 @@ def _staged_run(env_id, n, seed, max_steps, actions, slots=None):
 @pytest.mark.parametrize(("env_id", "max_steps"), [("CartPole-v1", 25), ("Pendulum-v1", 15)])
 def test_staged_outputs_equal_the_copied_ones(rng, env_id, max_steps):
     """``stage_outputs`` (CPU writes into storage made once; managed memory on Orin) gives the
-    same steps as the copying adapter: observations, rewards, flags, true final observations."""
+    same steps as the copying adapter: observations, rewards, flags, true final observations,
+    whether the observations go into the env's storage or into a slot it is handed."""
     n, seed = 3, int(rng.integers(1 << 30))
     probe = make(env_id, n, seed=seed, max_episode_steps=max_steps)
     actions = [np.stack([probe.action_space.sample() for _ in range(n)]) for _ in range(60)]
     probe.close()
-    staged = _staged_run(env_id, n, seed, max_steps, actions)
+    outside = torch.zeros(len(actions), n, *probe.observation_space.shape)  # a buffer's slots
+    slots = [(outside[i].numpy(), outside[i]) if i % 2 else None for i in range(len(actions))]
+    staged = _staged_run(env_id, n, seed, max_steps, actions, slots)
     vec = make(env_id, n, seed=seed, max_episode_steps=max_steps)
     torch.testing.assert_close(staged[0], vec.reset(), rtol=0, atol=0)
     ended = 0
@@ -127,6 +130,29 @@ def test_staged_outputs_are_views_valid_for_two_calls():
         first.reward.data_ptr()  # fmt: skip
     storage = vec._staged["obs"].tensor
     assert storage.data_ptr() <= first.obs.data_ptr() < storage.data_ptr() + storage.nbytes
+
+
+def test_every_write_comes_after_the_fence(monkeypatch):
+    """Each reset/step waits for the GPU (``host_write_fence``) before its first write into the
+    staged storage: on a Jetson the CPU must not touch managed memory while a kernel runs."""
+    from orin_rl.buffers import memory
+
+    events: list[str] = []
+    copyto = np.copyto
+    monkeypatch.setattr(memory, "host_write_fence", lambda device: events.append("fence"))
+    vec = make("CartPole-v1", 2, seed=4, max_episode_steps=5)
+    vec.stage_outputs("host")
+
+    def recording_copyto(dst, src, **kw):
+        events.append("write")
+        copyto(dst, src, **kw)
+
+    monkeypatch.setattr(np, "copyto", recording_copyto)
+    calls = [lambda: vec.reset()] + [lambda: vec.step(torch.zeros(2, dtype=torch.int64))] * 8
+    for call in calls:
+        events.clear()
+        call()
+        assert events[0] == "fence" and events.count("fence") == 1 and "write" in events
 
 
 def test_obs_out_receives_the_observations():

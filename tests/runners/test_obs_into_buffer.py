@@ -44,7 +44,16 @@ def test_same_training_as_the_copying_path(tmp_path, monkeypatch, normalize_obs)
     """Bit for bit: losses of every iteration and the final parameters (truncations included,
     so final observations are valued from the staged storage)."""
     over = {"ppo.normalize_obs": normalize_obs}
+    truncations = []
+    original = PPO.process_env_step
+
+    def count(self, step):
+        truncations.append(int((step.truncated & ~step.terminated).sum()))
+        return original(self, step)
+
+    monkeypatch.setattr(PPO, "process_env_step", count)
     direct = train(_cfg(**over), tmp_path / "direct", progress=False)
+    assert sum(truncations) > 0, "the runs must cross a truncation (a final obs is valued)"
     assert direct["obs_into_buffer"] is True
     _copying(monkeypatch)
     copied = train(_cfg(**over), tmp_path / "copied", progress=False)
@@ -84,7 +93,10 @@ def test_managed_buffer_on_cuda_takes_the_envs_writes(tmp_path, monkeypatch):
     original = PPO.act
 
     def act(self, obs):
+        t = self.buffer.step
         checked.append(memory.query_managed(obs.data_ptr()))
+        if t >= 1:  # in the buffer's own slot, not in the env's (also managed) storage
+            checked.append(obs.data_ptr() == self.buffer.obs[t].data_ptr())
         return original(self, obs)
 
     monkeypatch.setattr(PPO, "act", act)
