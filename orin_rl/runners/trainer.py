@@ -489,10 +489,11 @@ class Trainer:
     def _env_step(self, actions: torch.Tensor) -> Any:
         """``env.step``; with ``obs_into_buffer`` the observations land in the next buffer slot
         (the last step's in the env's own storage: it starts the next rollout)."""
-        buffer = self.algo.buffer
-        nxt = buffer.step + 1
-        if self.obs_into_buffer and nxt < buffer.num_steps:
-            return self.env.step(actions, obs_out=buffer.obs_slot(nxt))
+        if self.obs_into_buffer:  # PPO's rollout buffer (off-policy algorithms have none)
+            buffer = self.algo.buffer
+            nxt = buffer.step + 1
+            if nxt < buffer.num_steps:
+                return self.env.step(actions, obs_out=buffer.obs_slot(nxt))
         return self.env.step(actions)
 
     def _fused_iterate(self) -> tuple[torch.Tensor, dict[str, float]]:
