@@ -106,10 +106,12 @@ class GymVecEnv:
 
     def _slots(self) -> dict[str, tuple[np.ndarray, torch.Tensor]]:
         """This call's set of staged outputs (host array, tensor), after the write fence."""
-        assert self._staged is not None
+        staged = self._staged
+        if staged is None:
+            raise EnvError("staged outputs need stage_outputs() first")
         memory.host_write_fence(self.device)  # no kernel may still read (or run, on Tegra)
         k, self._parity = self._parity, self._parity ^ 1
-        return {name: (s.host[k], s.tensor[k]) for name, s in self._staged.items()}
+        return {name: (s.host[k], s.tensor[k]) for name, s in staged.items()}
 
     def _to_torch(self, array: np.ndarray, dtype: torch.dtype | None = None) -> torch.Tensor:
         tensor = torch.from_numpy(np.asarray(array))
