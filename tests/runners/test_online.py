@@ -467,7 +467,10 @@ def test_watchdog_leaves_a_long_reset_alone(tmp_path, monkeypatch):
     nothing is sent to the plant while it resets."""
     plant = _HangingPlant(hang_at=-1, hang_s=0, reset_s=0.3)
     monkeypatch.setattr(online, "make_plant", lambda *a, **k: plant)
-    cfg = online_cfg(**{"train.total_steps": 450, "online.control_rate_hz": 200.0})
+    # A 100 ms watchdog (20 periods), 3x shorter than the reset: at 15 ms a loaded 2-core box
+    # trips it on an ordinary tick now and then, which is a true trip, not the one under test.
+    cfg = online_cfg(**{"train.total_steps": 450, "online.control_rate_hz": 200.0,
+                        "online.watchdog_periods": 20.0})  # fmt: skip
     summary = train(cfg, tmp_path / "run", progress=False)
     assert summary["online"]["watchdog_trips"] == 0
     assert len(plant.resets) >= 2
