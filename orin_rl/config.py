@@ -107,8 +107,9 @@ class PPOConfig:
     backend): ``auto`` uses them on a CUDA learner wherever they apply and logs why not
     otherwise, ``on`` demands them (an error names what is missing; on a CPU box it runs them
     in Numba's CUDA simulator, for tests), ``off`` keeps the general path. Off by default: on
-    the H200 an iteration ran 2.2x faster with 4 envs and 2.0x with 4096, but compiling the
-    kernels took ~15 s, more than a 5e5-step CartPole run saves (docs/fused.md)."""
+    the H200 an iteration ran 2.2x faster with 4 envs and 1.9x with 4096 (one call), but
+    compiling the kernels costs an estimated ~16 s per process, and 5e5-step CartPole runs
+    ended slower than on the general path (docs/fused.md)."""
 
 
 @dataclass
