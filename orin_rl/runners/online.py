@@ -324,6 +324,8 @@ class Actor:
         """Safe actions the watchdog sent; a transition spanning one is dropped (two plant steps,
         not one)."""
         self._sent_gen = 0
+        self._obs_gen = 0
+        """watchdog_sends when the observation the next action is chosen for was read."""
         self.dropped = 0
         """Transitions dropped because a watchdog send fell inside them."""
         self.stop = threading.Event()
@@ -338,6 +340,9 @@ class Actor:
     # one tick: sensor -> infer -> actuate
     def _sensor(self) -> np.ndarray | None:
         if self._action is not None:  # the outcome of the last tick's action
+            # A watchdog send from here on steps the plant away from the observation read now
+            # before this tick's action reaches it: _actuate then marks the transition stale.
+            self._obs_gen = self.watchdog_sends
             fb = self.plant.receive()
             if self.watchdog_sends == self._sent_gen:
                 self.queue.append(
@@ -381,7 +386,10 @@ class Actor:
         if action is None:
             return
         with self.plant.lock:
-            self._sent_gen = self.watchdog_sends
+            # -1 (never equal): the watchdog sent since the sensor read, so this action meets
+            # another state than the one it was chosen for; its transition is dropped.
+            fresh = self.watchdog_sends == self._obs_gen
+            self._sent_gen = self.watchdog_sends if fresh else -1
             self.plant.send(action)
         self._action = action
 
@@ -400,6 +408,7 @@ class Actor:
                             self._obs = self.plant.reset(
                                 seed=tcfg.seed + 100_000 + self.t.episodes_done()
                             )
+                            self._obs_gen = self.watchdog_sends
                     finally:
                         self.heartbeat_ns = time.monotonic_ns()
                         self.resetting = False

@@ -306,6 +306,30 @@ def test_watchdog_sends_the_safe_action_when_the_actor_hangs(tmp_path, monkeypat
     _assert_one_step_each(trainer.algo.replay)
 
 
+def test_watchdog_during_inference_drops_the_stale_transition(tmp_path, monkeypatch):
+    """The actor stalls after reading the sensor and before acting: the watchdog steps the
+    plant with the safe action in between, so the action is then applied to a state other
+    than the one it was chosen (and would be stored) for. That transition is dropped: every
+    stored one is still one step of the plant from its (s, a)."""
+    real_infer = online.Actor._infer
+    calls = {"n": 0}
+
+    def stalling_infer(self, obs):
+        calls["n"] += 1
+        if calls["n"] == 120:
+            time.sleep(0.4)  # e.g. the GIL held elsewhere, a page fault, a slow weight copy
+        return real_infer(self, obs)
+
+    monkeypatch.setattr(online.Actor, "_infer", stalling_infer)
+    cfg = online_cfg(**{"train.total_steps": 250, "online.control_rate_hz": 200.0,
+                        "online.watchdog_periods": 20.0})  # fmt: skip
+    trainer = OnlineTrainer(cfg, tmp_path / "run", progress=False)
+    summary = trainer.learn()
+    assert summary["online"]["watchdog_trips"] >= 1
+    assert trainer._actor.dropped >= 1
+    _assert_one_step_each(trainer.algo.replay)
+
+
 def _assert_one_step_each(replay) -> None:
     n = len(replay)
     obs, actions = replay.field("obs")[:n].numpy(), replay.field("actions")[:n].numpy()
