@@ -121,7 +121,8 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         default=None,
         help="learn while acting: a real-time actor drives the plant at --control-rate while "
-        "SAC's learner trains beside it (see docs/online.md)",
+        "the learner (--algo sac, or dqn for discrete actions) trains beside it "
+        "(see docs/online.md)",
     )
     p.add_argument(
         "--control-rate", type=float, metavar="HZ", help="the online actor's rate (default 50)"

@@ -269,7 +269,8 @@ class OnlineConfig:
 
     enabled: bool = False
     """Learn while acting: the actor runs a ControlLoop at control_rate_hz against the plant,
-    writing every transition into the replay buffer, while SAC's learner trains beside it."""
+    writing every transition into the replay buffer, while the learner (SAC, or DQN for
+    discrete actions) trains beside it."""
     control_rate_hz: float = 50.0
     """Control rate of the actor (ticks per second)."""
     plant: str = "gym"
@@ -287,7 +288,8 @@ class OnlineConfig:
     """The actor sends the safe action while updates are due and the learner has made none for
     this long (0: never)."""
     safe_action: list[float] | None = None
-    """Action sent on a stall, a watchdog trip and at the end (None: the middle of the bounds)."""
+    """Action sent on a stall, a watchdog trip and at the end (None: the middle of the bounds;
+    discrete actions: one action index, None: action 0)."""
     action_low: list[float] | None = None
     """Tighter lower action limits than the env's (None: the env's)."""
     action_high: list[float] | None = None
@@ -558,8 +560,16 @@ def validate(cfg: Config) -> None:
         )
     on = cfg.online
     if on.enabled:
-        if cfg.train.algo != "sac":
-            raise ConfigError(f"online.enabled: SAC only for now, train.algo is {cfg.train.algo}")
+        if cfg.train.algo not in ("sac", "dqn"):
+            raise ConfigError(
+                f"online.enabled: SAC (continuous actions) or DQN (discrete), train.algo is "
+                f"{cfg.train.algo}"
+            )
+        if cfg.train.algo == "dqn" and cfg.dqn.n_step != 1:
+            raise ConfigError(
+                f"dqn.n_step: online DQN stores one-step transitions, got {cfg.dqn.n_step}; "
+                "set dqn.n_step=1"
+            )
         if cfg.env.num_envs != 1:
             raise ConfigError(
                 f"env.num_envs: online learning drives one plant, got {cfg.env.num_envs}"

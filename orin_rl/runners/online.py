@@ -1,4 +1,5 @@
-"""Online learning: a real-time actor and a concurrent learner (``train --online``, SAC).
+"""Online learning: a real-time actor and a concurrent learner (``train --online``, SAC or
+DQN).
 
 Three threads share one process:
 
@@ -9,7 +10,8 @@ Three threads share one process:
   between episodes is outside the deadline accounting (a robot's reset takes its own time);
 - the **learner** drains the queue into the replay buffer (one batched insert, on the
   learner's device: the actor never touches the GPU, so a tick never waits behind the
-  learner's kernels), runs SAC gradient steps up to ``online.update_to_data`` per env step,
+  learner's kernels), runs SAC (or DQN) gradient steps up to ``online.update_to_data`` per env
+  step,
   evaluates, checkpoints, and every ``online.weight_sync_every`` env steps publishes a fresh
   copy of the actor network;
 - the **supervisor** (the calling thread) handles signals and the stop file, and is the
@@ -50,6 +52,7 @@ import torch
 from tqdm.auto import tqdm
 
 from orin_rl import jetson
+from orin_rl.algorithms.dqn import DQN
 from orin_rl.algorithms.sac import SAC, squashed_gaussian
 from orin_rl.errors import OrinError
 from orin_rl.runners.logger import MetricsLogger
@@ -282,29 +285,12 @@ class Actor:
         self.t, self.plant = t, plant
         self.cfg = t.cfg.online
         spec = t.policy_spec
-        for key in ("safe_action", "action_low", "action_high"):
-            value = getattr(self.cfg, key)
-            if value is not None and len(value) != spec.action_dim:
-                raise OnlineError(
-                    f"online.{key}: {len(value)} values for {spec.action_dim} action "
-                    f"dimension(s) of {t.cfg.env.env_id}; give one per dimension"
-                )
-        low = np.asarray(spec.action_low, dtype=np.float32)
-        high = np.asarray(spec.action_high, dtype=np.float32)
-        if self.cfg.action_low is not None:
-            low = np.maximum(low, np.asarray(self.cfg.action_low, dtype=np.float32))
-        if self.cfg.action_high is not None:
-            high = np.minimum(high, np.asarray(self.cfg.action_high, dtype=np.float32))
-        self.low, self.high = low, high
-        self.mid = torch.tensor((np.asarray(spec.action_low) + spec.action_high) / 2).float()
-        self.half = torch.tensor((np.asarray(spec.action_high) - spec.action_low) / 2).float()
-        self.mid_np, self.half_np = self.mid.numpy(), self.half.numpy()
-        safe = self.cfg.safe_action
-        self.safe_action = np.clip(
-            np.asarray(safe if safe is not None else self.mid.numpy(), dtype=np.float32),
-            low,
-            high,
-        )
+        self.discrete = spec.action_kind == "discrete"
+        self.num_actions = spec.action_dim
+        if self.discrete:
+            self._discrete_limits(t.cfg.env.env_id)
+        else:
+            self._continuous_limits(t.cfg.env.env_id)
         self.generator = torch.Generator().manual_seed(t.cfg.train.seed + 77)
         self.rng = np.random.default_rng(t.cfg.train.seed + 78)
         self.version, self.net = t.mailbox.latest()
@@ -336,6 +322,61 @@ class Actor:
         self._episode_over = False
         self._ret = 0.0
         self._len = 0
+
+    def _continuous_limits(self, env_id: str) -> None:
+        """Box actions: the env's bounds, tightened by online.action_low/high; the safe action
+        (the middle of the bounds unless given) clipped into them."""
+        spec = self.t.policy_spec
+        for key in ("safe_action", "action_low", "action_high"):
+            value = getattr(self.cfg, key)
+            if value is not None and len(value) != spec.action_dim:
+                raise OnlineError(
+                    f"online.{key}: {len(value)} values for {spec.action_dim} action "
+                    f"dimension(s) of {env_id}; give one per dimension"
+                )
+        low = np.asarray(spec.action_low, dtype=np.float32)
+        high = np.asarray(spec.action_high, dtype=np.float32)
+        if self.cfg.action_low is not None:
+            low = np.maximum(low, np.asarray(self.cfg.action_low, dtype=np.float32))
+        if self.cfg.action_high is not None:
+            high = np.minimum(high, np.asarray(self.cfg.action_high, dtype=np.float32))
+        self.low, self.high = low, high
+        self.mid = torch.tensor((np.asarray(spec.action_low) + spec.action_high) / 2).float()
+        self.half = torch.tensor((np.asarray(spec.action_high) - spec.action_low) / 2).float()
+        self.mid_np, self.half_np = self.mid.numpy(), self.half.numpy()
+        safe = self.cfg.safe_action
+        self.safe_action = np.clip(
+            np.asarray(safe if safe is not None else self.mid.numpy(), dtype=np.float32),
+            low,
+            high,
+        )
+
+    def _discrete_limits(self, env_id: str) -> None:
+        """Discrete actions: no bounds to tighten; the safe action is one action index."""
+        n = self.num_actions
+        if self.cfg.action_low is not None or self.cfg.action_high is not None:
+            raise OnlineError(
+                f"online.action_low/action_high bound continuous actions; {env_id} has {n} "
+                "discrete ones: drop them"
+            )
+        safe = self.cfg.safe_action if self.cfg.safe_action is not None else [0]
+        if len(safe) != 1 or float(safe[0]) != int(safe[0]) or not 0 <= int(safe[0]) < n:
+            raise OnlineError(
+                f"online.safe_action: one action index of {env_id} (0 to {n - 1}), got {safe}"
+            )
+        self.safe_action = np.int64(int(safe[0]))
+
+    def _choose(self, obs: np.ndarray, net: Any) -> np.ndarray:
+        """A discrete action: uniform before learning starts, then DQN's epsilon-greedy."""
+        t = self.t
+        if t.env_steps_total() < t.algo_cfg.learning_starts or self.rng.random() < t.algo.epsilon():
+            return np.int64(self.rng.integers(self.num_actions))
+        if isinstance(net, NumpyMLP):
+            q = net(obs[None])[0]
+        else:
+            with torch.no_grad():
+                q = net(torch.from_numpy(obs).unsqueeze(0))[0].numpy()
+        return np.int64(np.argmax(q))
 
     # one tick: sensor -> infer -> actuate
     def _sensor(self) -> np.ndarray | None:
@@ -370,7 +411,9 @@ class Actor:
         if self.t.learner_stalled():
             self.safe_actions += 1
             return self.safe_action
-        if self.t.env_steps_total() < self.t.cfg.sac.learning_starts:
+        if self.discrete:
+            return self._choose(obs, net)
+        if self.t.env_steps_total() < self.t.algo_cfg.learning_starts:
             action = self.rng.uniform(self.low, self.high).astype(np.float32)
         elif isinstance(net, NumpyMLP):
             action = squashed_gaussian_np(net(obs[None]), self.mid_np, self.half_np, self.rng)[0]
@@ -461,18 +504,27 @@ class Actor:
 # ----------------------------------------------------------------------------- trainer
 class OnlineTrainer(Trainer):
     """``train --online``: Trainer's run folder, checkpoints, evaluation and summary around a
-    real-time actor and a concurrent learner (SAC)."""
+    real-time actor and a concurrent learner (SAC, or DQN for discrete actions)."""
 
     def __init__(self, cfg, run_dir, resume: bool = False, progress: bool = True):
-        if not resume and not cfg.sac.save_buffer:
+        sub = getattr(cfg, cfg.train.algo)
+        if not resume and hasattr(sub, "save_buffer") and not sub.save_buffer:
             # "Nothing lost on a stop": the experience a robot gathered in real time is the
             # expensive part, so an online checkpoint carries it (up to save_buffer_max_mb).
-            cfg.sac.save_buffer = True
-            log.info("online run: the replay buffer goes into checkpoints (sac.save_buffer)")
+            sub.save_buffer = True
+            log.info(
+                "online run: the replay buffer goes into checkpoints (%s.save_buffer)",
+                cfg.train.algo,
+            )
         super().__init__(cfg, run_dir, resume=resume, progress=progress)
         cfg = self.cfg
-        if cfg.train.algo != "sac" or not isinstance(self.algo, SAC):
-            raise OnlineError("online learning is SAC-only for now; pass --algo sac")
+        if not isinstance(self.algo, SAC | DQN):
+            raise OnlineError(
+                "online learning runs SAC (continuous actions) or DQN (discrete); "
+                "pass --algo sac or --algo dqn"
+            )
+        self.algo_cfg = getattr(cfg, cfg.train.algo)
+        """The algorithm's config section (learning_starts, batch_size, gamma)."""
         if cfg.env.num_envs != 1:
             raise OnlineError("online learning drives one plant; set env.num_envs=1")
         if self.dist.enabled:
@@ -634,7 +686,7 @@ class OnlineTrainer(Trainer):
         from orin_rl.buffers import ReplayBuffer
 
         algo = self.algo
-        n = self.cfg.sac.batch_size
+        n = self.algo_cfg.batch_size
         scratch = ReplayBuffer(n, algo.replay.specs, algo.device, algo.replay.placement)
         scratch.add(
             {
@@ -653,11 +705,19 @@ class OnlineTrainer(Trainer):
             plant.lock = threading.Lock()
         spec = self.policy_spec
         obs_shape = tuple(plant.observation_space.shape or ())
-        if obs_shape != tuple(spec.obs_shape) or plant.action_space.shape != (spec.action_dim,):
+        space = plant.action_space
+        if spec.action_kind == "discrete":
+            actions_match = isinstance(space, gym.spaces.Discrete) and space.n == spec.action_dim
+            want = f"Discrete({spec.action_dim})"
+        else:
+            actions_match = space.shape == (spec.action_dim,)
+            want = f"({spec.action_dim},)"
+        if obs_shape != tuple(spec.obs_shape) or not actions_match:
+            got = space if isinstance(space, gym.spaces.Discrete) else space.shape
             raise OnlineError(
-                f"plant spaces (obs {obs_shape}, action {plant.action_space.shape}) do not match "
-                f"{self.cfg.env.env_id}'s (obs {tuple(spec.obs_shape)}, action "
-                f"({spec.action_dim},)); set env.env_id to the plant's task"
+                f"plant spaces (obs {obs_shape}, action {got}) do not match "
+                f"{self.cfg.env.env_id}'s (obs {tuple(spec.obs_shape)}, action {want}); "
+                "set env.env_id to the plant's task"
             )
 
     def _watchdog(self, plant: Plant, actor: Actor) -> bool:
@@ -704,11 +764,13 @@ class OnlineTrainer(Trainer):
         algo.replay.add(
             {
                 "obs": torch.from_numpy(np.stack(obs)),
-                "actions": torch.from_numpy(np.stack(actions).astype(np.float32)),
+                "actions": torch.from_numpy(np.stack(actions)).to(
+                    algo.replay.specs["actions"].dtype
+                ),
                 "rewards": torch.tensor(rewards, dtype=torch.float32),
                 "next_obs": torch.from_numpy(np.stack(next_obs)),
                 "terminated": torch.tensor(terminated, dtype=torch.float32),
-                "discounts": torch.full((n,), self.cfg.sac.gamma, dtype=torch.float32),
+                "discounts": torch.full((n,), self.algo_cfg.gamma, dtype=torch.float32),
             }
         )
         algo.env_steps += n
@@ -716,8 +778,11 @@ class OnlineTrainer(Trainer):
 
     def _learner_loop(self, logger: MetricsLogger, start: float) -> None:
         cfg, algo = self.cfg, self.algo
-        ocfg, scfg, tcfg = cfg.online, cfg.sac, cfg.train
+        ocfg, scfg, tcfg = cfg.online, self.algo_cfg, cfg.train
         last_sync = last_eval = algo.env_steps
+        # train.eval_every counts iterations, as offline: an iteration is the env steps between
+        # two rounds of updates there (sac: train_freq 1, so one; the DQN presets: 256).
+        eval_every = tcfg.eval_every * self.iteration_steps
         last_log = last_ckpt = time.perf_counter()
         losses_sum: torch.Tensor | None = None
         losses_n = 0
@@ -754,11 +819,11 @@ class OnlineTrainer(Trainer):
                 losses_sum, losses_n = None, 0
             # Evaluation and checkpoints are the learner's own work, not a stall.
             self._pending_due = False
-            if tcfg.eval_every and steps - last_eval >= tcfg.eval_every:
+            if eval_every and steps - last_eval >= eval_every:
                 last_eval = steps
                 record = record or self._record(steps, elapsed, start, None, 0)
                 # seeds by evaluation count: they never reach the verdict's
-                self._periodic_eval(record, elapsed, index=steps // tcfg.eval_every)
+                self._periodic_eval(record, elapsed, index=steps // eval_every)
             if record is not None:
                 logger.log(record)
             if now - last_ckpt >= ocfg.checkpoint_every_s:
@@ -797,7 +862,7 @@ class OnlineTrainer(Trainer):
             "steps_per_s": (steps - self._base_steps) / max(time.perf_counter() - start, 1e-9),
             "online/gradient_steps": self.algo.grad_steps,
             "online/updates_per_env_step": self.algo.grad_steps
-            / max(steps - self.cfg.sac.learning_starts, 1),
+            / max(steps - self.algo_cfg.learning_starts, 1),
             "online/deadline_misses": actor.deadline_misses,
             "online/weight_swaps": actor.weight_swaps,
         }
@@ -813,7 +878,7 @@ class OnlineTrainer(Trainer):
     def _finish(self, elapsed, start_step, session_time, stop_reason) -> dict[str, Any]:
         summary = super()._finish(elapsed, start_step, session_time, stop_reason)
         actor = self._actor
-        learning_steps = max(self.algo.env_steps - self.cfg.sac.learning_starts, 1)
+        learning_steps = max(self.algo.env_steps - self.algo_cfg.learning_starts, 1)
         summary["online"] = {
             "control_rate_hz": self.cfg.online.control_rate_hz,
             "plant": self.cfg.online.plant,

@@ -19,6 +19,7 @@ from orin_rl.algorithms.sac import QNetwork, squashed_gaussian
 from orin_rl.checkpoint import load_checkpoint
 from orin_rl.config import Config, ConfigError
 from orin_rl.runners import online, train
+from orin_rl.runners.logger import read_metrics
 from orin_rl.runners.online import (
     Feedback,
     GymPlant,
@@ -54,6 +55,17 @@ def online_cfg(**sets) -> Config:
         **sets,
     }
     return config_mod.apply_overrides(Config(), [f"{k}={json.dumps(v)}" for k, v in base.items()])
+
+
+def dqn_cfg(**sets) -> Config:
+    """A short CartPole online DQN run (discrete actions)."""
+    base = {
+        "env.env_id": "CartPole-v1", "train.algo": "dqn", "train.total_steps": 400,
+        "dqn.learning_starts": 64, "dqn.batch_size": 32, "dqn.hidden_sizes": [16, 16],
+        "dqn.train_freq": 1, "dqn.target_update_every": 50,
+        **sets,
+    }  # fmt: skip
+    return online_cfg(**base)
 
 
 # ------------------------------------------------------------------------ hand-over
@@ -197,8 +209,10 @@ def test_droq_critic_has_dropout_and_layer_norm_and_they_act():
 def test_online_config_is_checked():
     with pytest.raises(ConfigError, match=r"sac\.critic_dropout"):
         config_mod.validate(online_cfg(**{"sac.critic_dropout": 1.0}))
-    with pytest.raises(ConfigError, match=r"online\.enabled: SAC only"):
+    with pytest.raises(ConfigError, match=r"online\.enabled: SAC \(continuous actions\) or DQN"):
         config_mod.validate(online_cfg(**{"train.algo": "ppo"}))
+    with pytest.raises(ConfigError, match=r"dqn\.n_step: online DQN stores one-step"):
+        config_mod.validate(dqn_cfg(**{"dqn.n_step": 3}))
     with pytest.raises(ConfigError, match=r"env\.num_envs"):
         config_mod.validate(online_cfg(**{"env.num_envs": 2}))
     with pytest.raises(ConfigError, match=r"online\.control_rate_hz"):
@@ -590,3 +604,90 @@ def test_incomplete_plant_refused_lockless_plant_gets_a_lock(tmp_path, monkeypat
     monkeypatch.setattr(online, "make_plant", lambda *a, **k: plant)
     summary = train(online_cfg(**{"train.total_steps": 120}), tmp_path / "run", progress=False)
     assert summary["total_steps"] >= 120 and hasattr(plant, "lock")
+
+
+# ------------------------------------------------------------------------ DQN online
+def _assert_cartpole_steps(replay) -> None:
+    """Every stored (s, a, r, s') is one CartPole step: the env set to s and stepped with a."""
+    n = len(replay)
+    obs, actions = replay.field("obs")[:n].numpy(), replay.field("actions")[:n].numpy()
+    rewards, next_obs = replay.field("rewards")[:n].numpy(), replay.field("next_obs")[:n].numpy()
+    assert replay.field("actions").dtype == torch.int64 and set(actions.tolist()) <= {0, 1}
+    env = GymPlant("CartPole-v1")
+    env.reset(seed=0)
+    cart = env.env.unwrapped
+    for i in range(n):
+        cart.state, cart.steps_beyond_terminated = obs[i].astype(np.float64), None
+        env.send(np.int64(actions[i]))
+        fb = env.receive()
+        np.testing.assert_allclose(fb.obs, next_obs[i], rtol=1e-5, atol=1e-5)
+        assert fb.reward == float(rewards[i])
+
+
+def test_dqn_online_run_learns_from_the_plant_s_own_steps(tmp_path):
+    """``train --algo dqn --online``: the actor picks discrete actions at the control rate, the
+    learner takes DQN steps beside it and hands weights over, and every stored transition is
+    one step of the plant's dynamics."""
+    trainer = OnlineTrainer(dqn_cfg(), tmp_path / "run", progress=False)
+    summary = trainer.learn()
+    on = summary["online"]
+    assert summary["algo"] == "dqn" and summary["total_steps"] >= 400
+    assert on["updates"] > 0 and on["weight_swaps"] > 0
+    assert 0 < on["updates_per_env_step"] <= 1.0 + 1e-9
+    assert len(trainer.algo.replay) == summary["total_steps"]
+    _assert_cartpole_steps(trainer.algo.replay)
+
+
+def test_dqn_actor_is_greedy_on_the_published_q_network(tmp_path):
+    """With exploration over, the actor's action is argmax of the Q network it was handed
+    (its numpy copy agrees with the learner's torch network on fresh observations)."""
+    cfg = dqn_cfg(**{"dqn.learning_starts": 0, "dqn.exploration_initial_eps": 0.0,
+                     "dqn.exploration_final_eps": 0.0})  # fmt: skip
+    trainer = OnlineTrainer(cfg, tmp_path / "run", progress=False)
+    actor = online.Actor(trainer, GymPlant("CartPole-v1"))
+    with torch.no_grad():  # the learner moves on; the actor has the old weights until a swap
+        for name, p in trainer.algo.q.named_parameters():
+            p.normal_(0.0, 1.0) if name.endswith("weight") else p.zero_()
+    trainer.mailbox.publish(trainer.algo.q)
+    rng = np.random.default_rng(5)
+    picked = []
+    for _ in range(200):
+        obs = rng.normal(size=4).astype(np.float32)
+        action = actor._infer(obs)
+        with torch.no_grad():
+            want = int(trainer.algo.q(torch.from_numpy(obs)[None]).argmax())
+        assert int(action) == want
+        picked.append(want)
+    assert len(set(picked)) == 2  # both actions occur: the check is not a constant
+    assert actor.weight_swaps == 1
+
+
+def test_dqn_online_safe_action_is_an_index(tmp_path):
+    trainer = OnlineTrainer(dqn_cfg(**{"online.safe_action": [2]}), tmp_path / "a", progress=False)
+    with pytest.raises(online.OnlineError, match=r"online\.safe_action: one action index of "
+                       r"CartPole-v1 \(0 to 1\), got \[2"):  # fmt: skip
+        trainer.learn()
+    cfg = dqn_cfg(**{"online.action_low": [0.0]})
+    trainer = OnlineTrainer(cfg, tmp_path / "b", progress=False)
+    with pytest.raises(online.OnlineError, match=r"action_low/action_high bound continuous"):
+        trainer.learn()
+    trainer = OnlineTrainer(dqn_cfg(), tmp_path / "c", progress=False)
+    assert online.Actor(trainer, GymPlant("CartPole-v1")).safe_action == 0
+
+
+def test_dqn_online_evaluates_per_iteration_and_resumes(tmp_path):
+    """train.eval_every counts iterations as offline (train_freq env steps each), not ticks;
+    a resumed online DQN run keeps its buffer, weights and step count and goes on."""
+    run = tmp_path / "run"
+    cfg = dqn_cfg(**{"dqn.train_freq": 100, "train.eval_every": 1, "train.eval_episodes": 1,
+                     "train.total_steps": 300})  # fmt: skip
+    first = train(cfg, run, progress=False)
+    evals = [r for r in read_metrics(run / "metrics.jsonl") if "eval/return_mean" in r]
+    assert 2 <= len(evals) <= 3, [r["global_step"] for r in evals]  # at 100, 200 (and 300)
+    steps = first["total_steps"]
+    trainer = OnlineTrainer(Config(), run, resume=True, progress=False)
+    assert trainer.cfg.train.algo == "dqn" and len(trainer.algo.replay) == steps
+    trainer.cfg.train.total_steps = steps + 150
+    second = trainer.learn()
+    assert second["total_steps"] >= steps + 150
+    assert len(trainer.algo.replay) == second["total_steps"]
