@@ -1,8 +1,10 @@
-"""Online learning on Pendulum-v1: a real-time actor and a concurrent SAC learner, per rate.
+"""Online learning: a real-time actor and a concurrent learner, per rate (SAC on Pendulum-v1,
+or ``--algo dqn``: DQN on CartPole-v1).
 
 Each online row is one ``orin-rl train --algo sac --env Pendulum-v1 --online --control-rate HZ``
 (the Pendulum SAC preset: evaluation of 10 episodes every 1,000 env steps, stop once two
-evaluations in a row and the verdict reach -200), capped at ``--max-wall`` seconds. Beside
+evaluations in a row and the verdict reach -200; DQN: the CartPole preset, 20 episodes every
+10 iterations of 256 env steps, threshold 475), capped at ``--max-wall`` seconds. Beside
 them, in the same call:
 
 - ``offline``: the same preset without ``--online`` (the env stepped as fast as it goes):
@@ -11,9 +13,10 @@ them, in the same call:
   the tick latency the learner's thread adds is the difference (the threads-or-processes
   question of issue 18).
 
-Writes ``docs/benchmarks/online_<machine>.{json,md,png}``.
+Writes ``docs/benchmarks/online_<machine>.{json,md,png}`` (DQN: ``online_<machine>_dqn``).
 
-    python tools/bench_online.py [--rates 20,50,100,200] [--max-wall 300] [--tag cpu]
+    python tools/bench_online.py [--algo sac|dqn] [--rates 20,50,100,200] [--max-wall 300]
+                                 [--tag cpu]
 """
 
 from __future__ import annotations
@@ -30,12 +33,20 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-THRESHOLD = -200.0
+TASKS = {
+    "sac": {"env": "Pendulum-v1", "threshold": -200.0, "suffix": "",
+            "eval": "10 deterministic episodes every 1,000 env steps"},
+    "dqn": {"env": "CartPole-v1", "threshold": 475.0, "suffix": "_dqn",
+            "eval": "20 deterministic episodes every 10 iterations of 256 env steps"},
+}  # fmt: skip
+"""Per algorithm: the env its preset trains, the threshold, the output suffix."""
+ALGO = "sac"
+"""The algorithm of this call (``--algo``)."""
 
 
 def _train(args: list[str], run: Path, timeout: float) -> dict:
     cmd = [sys.executable, "-m", "orin_rl.cli", "-q", "train", "--no-progress", "--overwrite",
-           "--algo", "sac", "--env", "Pendulum-v1", "--device", "cpu", "--out", str(run),
+           "--algo", ALGO, "--env", TASKS[ALGO]["env"], "--device", "cpu", "--out", str(run),
            *args]  # fmt: skip
     start = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
@@ -114,7 +125,7 @@ def actor_only_row(rate: float, seconds: float, work: Path) -> dict:
     run = work / f"actor-{rate:g}"
     steps = int(rate * seconds)
     s = _train(["--online", "--control-rate", str(rate), "--total-steps", str(steps),
-                "--set", "sac.learning_starts=100000000", "--set", "train.eval_every=0",
+                "--set", f"{ALGO}.learning_starts=100000000", "--set", "train.eval_every=0",
                 "--set", "train.eval_episodes=1"], run, seconds + 300)  # fmt: skip
     on = s["online"]
     return {
@@ -143,18 +154,20 @@ def _fmt(v, spec="{:,.0f}"):
 def write(result: dict, out: Path) -> None:
     out.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
     rows = result["rows"]
+    task = TASKS[result.get("algo", "sac")]
+    threshold = result["threshold"]
     lines = [
-        f"# Online learning: Pendulum-v1, real-time actor + concurrent SAC learner ({result['tag']})",
+        f"# Online learning: {task['env']}, real-time actor + concurrent "
+        f"{result.get('algo', 'sac').upper()} learner ({result['tag']})",
         "",
         f"`{result['command']}`, {result['date']}, {result['machine']}. One seed per row "
         f"(seed 1), learner on the CPU with 1 torch thread; each online run capped at "
-        f"{result['max_wall_s']:g} s. Threshold: eval ≥ {THRESHOLD:g} (10 deterministic "
-        "episodes every 1,000 env steps; the run stops after two in a row and a verdict on "
-        "unseen seeds).",
+        f"{result['max_wall_s']:g} s. Threshold: eval ≥ {threshold:g} ({task['eval']}; the "
+        "run stops after two in a row and a verdict on unseen seeds).",
         "",
-        "| mode | rate Hz | first eval ≥ -200 at (s) | env steps then | stopped as solved at (s) "
-        "| final eval | ticks | deadline misses | tick p50 µs | tick p99 µs | tick max µs "
-        "| updates/s | updates per env step |",
+        f"| mode | rate Hz | first eval ≥ {threshold:g} at (s) | env steps then | stopped as "
+        "solved at (s) | final eval | ticks | deadline misses | tick p50 µs | tick p99 µs "
+        "| tick max µs | updates/s | updates per env step |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
@@ -184,10 +197,11 @@ def write(result: dict, out: Path) -> None:
                 label = f"{r['mode']}, {r['rate_hz']:g} Hz" if r["rate_hz"] else r["mode"]
                 xs, ys = zip(*r["curve"], strict=True)
                 ax.plot(xs, ys, marker="o", ms=3, label=label)
-        ax.axhline(THRESHOLD, color="grey", ls="--", lw=1, label="threshold -200")
+        ax.axhline(threshold, color="grey", ls="--", lw=1, label=f"threshold {threshold:g}")
         ax.set_xlabel("wall time (s)")
-        ax.set_ylabel("evaluation return (10 episodes)")
-        ax.set_title("Pendulum-v1, SAC: evaluation return against wall time")
+        ax.set_ylabel("evaluation return")
+        algo = result.get("algo", "sac").upper()
+        ax.set_title(f"{task['env']}, {algo}: evaluation return against wall time")
         ax.grid(alpha=0.3)
         ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
         fig.tight_layout()
@@ -199,6 +213,8 @@ def write(result: dict, out: Path) -> None:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--algo", choices=sorted(TASKS), default="sac",
+                   help="sac (Pendulum-v1, the default) or dqn (CartPole-v1)")  # fmt: skip
     p.add_argument("--rates", default="20,50,100,200", help="control rates in Hz, comma list")
     p.add_argument("--max-wall", type=float, default=300.0, help="cap per online run (s)")
     p.add_argument("--actor-seconds", type=float, default=20.0, help="each actor-only run (s)")
@@ -213,6 +229,10 @@ def main() -> int:
         help="also an online run with DroQ critics at this rate and update-to-data ratio",
     )
     args = p.parse_args()
+    global ALGO
+    ALGO = args.algo
+    if args.droq and ALGO != "sac":
+        p.error("--droq: DroQ critics are SAC's; drop it with --algo dqn")
     rates = [float(r) for r in args.rates.split(",")]
     args.work.mkdir(parents=True, exist_ok=True)
     rows = []
@@ -238,10 +258,12 @@ def main() -> int:
         "machine": f"{platform.node()}, {os.cpu_count()} CPUs, Python "
         f"{platform.python_version()}, torch {torch.__version__}",
         "max_wall_s": args.max_wall,
-        "threshold": THRESHOLD,
+        "algo": ALGO,
+        "env": TASKS[ALGO]["env"],
+        "threshold": TASKS[ALGO]["threshold"],
         "rows": rows,
     }
-    out = ROOT / "docs" / "benchmarks" / f"online_{args.tag}"
+    out = ROOT / "docs" / "benchmarks" / f"online_{args.tag}{TASKS[ALGO]['suffix']}"
     write(result, out)
     print(out.with_suffix(".md").read_text())
     return 0
