@@ -572,7 +572,8 @@ def validate(cfg: Config) -> None:
             )
         if cfg.env.num_envs != 1:
             raise ConfigError(
-                f"env.num_envs: online learning drives one plant, got {cfg.env.num_envs}"
+                f"env.num_envs: online learning drives one plant, got {cfg.env.num_envs}; "
+                "add --set env.num_envs=1"
             )
         for key, value in {
             "online.control_rate_hz": on.control_rate_hz,

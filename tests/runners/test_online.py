@@ -213,7 +213,7 @@ def test_online_config_is_checked():
         config_mod.validate(online_cfg(**{"train.algo": "ppo"}))
     with pytest.raises(ConfigError, match=r"dqn\.n_step: online DQN stores one-step"):
         config_mod.validate(dqn_cfg(**{"dqn.n_step": 3}))
-    with pytest.raises(ConfigError, match=r"env\.num_envs"):
+    with pytest.raises(ConfigError, match=r"env\.num_envs: .* got 2; add --set env\.num_envs=1"):
         config_mod.validate(online_cfg(**{"env.num_envs": 2}))
     with pytest.raises(ConfigError, match=r"online\.control_rate_hz"):
         config_mod.validate(online_cfg(**{"online.control_rate_hz": 0}))
