@@ -266,6 +266,9 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--cpu", type=int, help="pin the loop to this CPU")
     p.add_argument("--fifo", type=int, metavar="PRIO", help="SCHED_FIFO priority (needs root)")
     p.add_argument(
+        "--mlock", action="store_true", help="lock the process's memory (no page faults in a tick)"
+    )
+    p.add_argument(
         "--safe-on-overrun", action="store_true", help="actuate the safe action on overrun"
     )
     _add_backend_options(p)
@@ -715,6 +718,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     loop = {
         "cpu": args.cpu,
         "fifo_priority": args.fifo,
+        "lock_memory": args.mlock,
         "safe_action_on_overrun": args.safe_on_overrun,
     }
     report = run_policy(

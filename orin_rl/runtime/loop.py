@@ -41,6 +41,9 @@ class LoopConfig:
     """SCHED_FIFO priority (1-99) for the loop thread (needs CAP_SYS_NICE or root)."""
     disable_gc: bool = True
     """Keep Python's garbage collector out of the loop (collected before and after)."""
+    lock_memory: bool = False
+    """``mlockall`` the process's pages, present and future, so that no tick waits on a page
+    fault (needs CAP_IPC_LOCK or a large enough ``ulimit -l``)."""
 
 
 @dataclass
@@ -59,7 +62,7 @@ class LoopResult:
     safe_actions: int
     """Times the safe action was actuated (overrun with safe_action_on_overrun)."""
     rt_settings: dict[str, str] = field(default_factory=dict)
-    """What was applied (or why not): affinity, scheduler."""
+    """What was applied (or why not): affinity, scheduler, memory."""
     latency_ns: np.ndarray | None = None
     """Raw per-iteration latencies."""
 
@@ -107,7 +110,32 @@ def apply_rt_settings(cfg: LoopConfig) -> dict[str, str]:
         except (AttributeError, OSError) as exc:
             done["scheduler"] = f"skipped: {exc} (needs CAP_SYS_NICE or root)"
             log.warning("SCHED_FIFO not applied: %s", exc)
+    if cfg.lock_memory:
+        done["memory"] = _lock_memory()
     return done
+
+
+MCL_CURRENT, MCL_FUTURE = 1, 2
+"""mlockall flags (Linux, <sys/mman.h>)."""
+
+
+def _lock_memory() -> str:
+    """``mlockall(MCL_CURRENT | MCL_FUTURE)``: what was done, or why not."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        rc = libc.mlockall(MCL_CURRENT | MCL_FUTURE)
+    except (OSError, AttributeError) as exc:
+        reason = f"skipped: {exc}"
+    else:
+        if rc == 0:
+            return "locked (mlockall MCL_CURRENT|MCL_FUTURE)"
+        err = ctypes.get_errno()
+        reason = f"skipped: {os.strerror(err)} (needs CAP_IPC_LOCK or a larger ulimit -l)"
+    log.warning("memory not locked: %s", reason)
+    return reason
 
 
 class ControlLoop:

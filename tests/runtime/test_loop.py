@@ -202,3 +202,27 @@ def test_ctrl_c_outside_training_is_one_line_exit_130(monkeypatch, tmp_path, cap
     monkeypatch.setattr(onnx_export, "export_bundle", interrupted)
     assert cli.main(["-q", "export", str(tmp_path)]) == 130
     assert capsys.readouterr().err.strip() == "orin-rl export: interrupted"
+
+
+def test_mlock_locks_the_runs_memory(run_with_bundle, tmp_path):
+    """`orin-rl run --mlock` locks the process's pages (the kernel's VmLck says so), or says
+    why not; in a subprocess, so pytest's own memory stays unlocked."""
+    report = tmp_path / "report.json"
+    code = textwrap.dedent(
+        f"""
+        from orin_rl.cli import main
+        rc = main(["-q", "run", "--model", r"{run_with_bundle / "bundle"}", "--backend",
+                   "onnxruntime", "--rate", "0", "--steps", "50", "--mlock",
+                   "--report", r"{report}"])
+        print([l for l in open("/proc/self/status") if l.startswith("VmLck")][0].split()[1])
+        raise SystemExit(rc)
+        """
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    locked_kb = int(proc.stdout.strip().splitlines()[-1])
+    memory = json.loads(report.read_text())["rt_settings"]["memory"]
+    if memory.startswith("locked"):
+        assert locked_kb > 10_000  # the interpreter, numpy and ONNX Runtime: tens of MiB
+    else:  # a box without CAP_IPC_LOCK: the reason, and nothing locked
+        assert memory.startswith("skipped:") and "ulimit -l" in memory and locked_kb == 0
