@@ -115,10 +115,22 @@ def bench_mlp(iters: int, tmp: Path, cuda: bool) -> list[dict]:
             rows.append(
                 {"backend": "torch", "mode": "CUDA eager", **time_fn(lambda: b.infer(obs), iters)}
             )
-        with TorchBackend.from_module(module, [17], "cuda", cuda_graph=True, batch=1) as b:
-            rows.append(
-                {"backend": "torch", "mode": "CUDA graph", **time_fn(lambda: b.infer(obs), iters)}
-            )
+        for zero_copy, mode in ((False, "CUDA graph, copies in the graph"),
+                                (True, "CUDA graph, mapped host I/O (zero-copy)")):  # fmt: skip
+            with TorchBackend.from_module(
+                module, [17], "cuda", cuda_graph=True, batch=1, zero_copy=zero_copy
+            ) as b:
+                rows.append(
+                    {"backend": "torch", "mode": mode, **time_fn(lambda: b.infer(obs), iters)}
+                )
+                entry = b._graphs.get(1)
+
+                def replay(entry=entry):
+                    entry.graph.replay()
+                    torch.cuda.current_stream().synchronize()
+
+                rows.append({"backend": "reference", "mode": f"{mode}: bare replay + synchronize",
+                             **time_fn(replay, iters)})  # fmt: skip
         rows.append(
             {
                 "backend": "reference",
@@ -137,6 +149,49 @@ def bench_mlp(iters: int, tmp: Path, cuda: bool) -> list[dict]:
 
     rows.append({"backend": "numpy", "mode": "CPU, plain matmuls", **time_fn(numpy_mlp, iters)})
     return rows
+
+
+def graph_profile(replays: int = 500) -> list[dict]:
+    """Where a batch-1 CUDA-graph round trip goes: torch.profiler (CUPTI) over ``replays``
+    calls of the MLP backend, per mode: the GPU operations each replay runs (kernels and
+    copies, with their device time) and the host-side CUDA API calls."""
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.manual_seed(0)
+    spec = PolicySpec([17], "continuous", 6, action_low=[-1.0] * 6, action_high=[1.0] * 6)
+    module = DeterministicPolicy(ActorCritic(spec)).eval()
+    obs = np.random.default_rng(1).standard_normal((1, 17)).astype(np.float32)
+    out = []
+    for zero_copy in (False, True):
+        with TorchBackend.from_module(
+            module, [17], "cuda", cuda_graph=True, batch=1, zero_copy=zero_copy
+        ) as b:
+            for _ in range(200):
+                b.infer(obs)
+            with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+                for _ in range(replays):
+                    b.infer(obs)
+        gpu, host = [], []
+        for ev in prof.key_averages():
+            device_us = getattr(ev, "self_device_time_total", None)
+            if device_us is None:
+                device_us = getattr(ev, "self_cuda_time_total", 0.0)
+            if device_us > 0:
+                gpu.append({"name": ev.key[:120], "per_replay": ev.count / replays,
+                            "device_us_each": device_us / ev.count})  # fmt: skip
+            elif ev.key.startswith("cuda") and ev.count >= replays:
+                host.append({"name": ev.key, "per_replay": ev.count / replays,
+                             "host_us_each": ev.cpu_time_total / ev.count})  # fmt: skip
+        gpu.sort(key=lambda g: -g["per_replay"] * g["device_us_each"])
+        out.append({
+            "mode": "mapped host I/O (zero-copy)" if zero_copy else "copies in the graph",
+            "replays": replays,
+            "gpu_ops_per_replay": sum(g["per_replay"] for g in gpu),
+            "device_us_per_replay": sum(g["per_replay"] * g["device_us_each"] for g in gpu),
+            "gpu_ops": gpu,
+            "host_calls": host,
+        })  # fmt: skip
+    return out
 
 
 def bench_cnn(iters: int, tmp: Path, cuda: bool, threads: int) -> list[dict]:
@@ -172,20 +227,37 @@ def bench_cnn(iters: int, tmp: Path, cuda: bool, threads: int) -> list[dict]:
 
 
 def torch_free_rss(bundle_dir: Path) -> dict:
+    """Peak RSS of a torch-free ``orin-rl run``, and the resident memory after each import on
+    the way (what the peak is made of)."""
     code = textwrap.dedent(f"""
-        import sys
+        import sys, json
         sys.modules["torch"] = None
         sys.modules["numba"] = None
+        def rss(field="VmRSS"):
+            return int([l for l in open("/proc/self/status") if l.startswith(field)][0].split()[1])
+        steps = [("python", rss())]
+        import numpy
+        steps.append(("+ numpy", rss()))
+        import onnxruntime
+        steps.append(("+ onnxruntime", rss()))
+        import gymnasium
+        steps.append(("+ gymnasium", rss()))
         from orin_rl.cli import main
+        steps.append(("+ orin_rl.cli", rss()))
         rc = main(["-q", "run", "--model", r"{bundle_dir}", "--backend", "onnxruntime", "--rate", "0", "--steps", "2000"])
+        steps.append(("after the run", rss()))
         # VmHWM: this process's own peak (ru_maxrss would carry the parent's across exec).
-        print([l for l in open("/proc/self/status") if l.startswith("VmHWM")][0].split()[1])
+        print(json.dumps({{"peak_kb": rss("VmHWM"), "steps": steps}}))
         sys.exit(rc)
     """)
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     if proc.returncode != 0:
         return {"error": proc.stderr[-300:]}
-    return {"peak_rss_mb": int(proc.stdout.strip().splitlines()[-1]) / 1024}
+    data = json.loads(proc.stdout.strip().splitlines()[-1])
+    return {
+        "peak_rss_mb": data["peak_kb"] / 1024,
+        "rss_mb_after": {name: kb / 1024 for name, kb in data["steps"]},
+    }
 
 
 def cartpole_bundle(tmp: Path) -> Path:
@@ -217,7 +289,8 @@ def cartpole_bundle(tmp: Path) -> Path:
     return run / "bundle"
 
 
-def loop_run(bundle_dir: Path, rate: float, steps: int, tmp: Path) -> dict:
+def loop_run(bundle_dir: Path, rate: float, steps: int, tmp: Path, rt: list[str]) -> dict:
+    """``orin-rl run`` on the bundle; ``rt``: its real-time options (--fifo, --cpu, --mlock)."""
     report = tmp / "loop.json"
     cmd = [
         sys.executable,
@@ -237,6 +310,7 @@ def loop_run(bundle_dir: Path, rate: float, steps: int, tmp: Path) -> dict:
         str(report),
         "--histogram",
         str(tmp / "loop.png"),
+        *rt,
     ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=steps / rate * 3 + 120)
     if proc.returncode != 0:
@@ -252,6 +326,7 @@ def loop_run(bundle_dir: Path, rate: float, steps: int, tmp: Path) -> dict:
             "jitter_us",
             "deadline_misses",
             "overruns",
+            "rt_settings",
         )
     } | {
         "episodes": len(data["episode_returns"]),
@@ -300,8 +375,37 @@ def markdown(r: dict) -> str:
         )
     lines += [
         "",
-        f"torch-free `orin-rl run` (torch and numba blocked): peak RSS **{r['torch_free'].get('peak_rss_mb', float('nan')):.0f} MiB**.",
+        f"torch-free `orin-rl run` (torch and numba blocked): peak RSS **{r['torch_free'].get('peak_rss_mb', float('nan')):.0f} MiB**"
+        + (
+            " (resident after each step: "
+            + ", ".join(f"{k} {v:.0f}" for k, v in r["torch_free"]["rss_mb_after"].items())
+            + " MiB)."
+            if r["torch_free"].get("rss_mb_after")
+            else "."
+        ),
     ]
+    for gp in r.get("graph_profile", []):
+        if "error" in gp:
+            lines += ["", f"CUDA graph profile: failed: {gp['error']}"]
+            continue
+        lines += [
+            "",
+            f"### Where a CUDA-graph round trip goes ({gp['mode']}; torch.profiler over "
+            f"{gp['replays']} calls)",
+            "",
+            f"{gp['gpu_ops_per_replay']:.0f} GPU operations per replay, "
+            f"{gp['device_us_per_replay']:.1f} µs of device time in all.",
+            "",
+            "| GPU operation | per replay | device µs each |",
+            "|---|---|---|",
+            *(f"| `{g['name'][:70]}` | {g['per_replay']:.0f} | {g['device_us_each']:.2f} |"
+              for g in gp["gpu_ops"]),
+            "",
+            "| host CUDA call | per replay | host µs each (profiled) |",
+            "|---|---|---|",
+            *(f"| `{h['name']}` | {h['per_replay']:.0f} | {h['host_us_each']:.1f} |"
+              for h in gp["host_calls"]),
+        ]  # fmt: skip
     if r.get("loop"):
         lp = r["loop"]
         if "error" in lp:
@@ -312,7 +416,8 @@ def markdown(r: dict) -> str:
                 f"Control loop `orin-rl run --rate {lp['rate_hz']:g}` on CartPole ({lp['backend']}): {lp['iterations']:,} iterations, "
                 f"**{lp['deadline_misses']} deadline misses**, {lp['overruns']} overruns; latency p50 {lat['p50']:.1f} µs, "
                 f"p99 {lat['p99']:.1f}, p99.9 {lat['p999']:.1f}, max {lat['max']:.1f}; period jitter std {lp['jitter_us']['std']:.1f} µs; "
-                f"{lp['episodes']} episodes, mean return {lp['mean_return']}."
+                f"{lp['episodes']} episodes, mean return {lp['mean_return']}. Real-time "
+                f"settings: {', '.join(f'{k} {v}' for k, v in lp.get('rt_settings', {}).items()) or 'none'}."
             )
     return "\n".join(lines) + "\n"
 
@@ -327,6 +432,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2, help="CPU threads for the CNN")
     parser.add_argument("--loop-rate", type=float, default=1000.0)
     parser.add_argument("--loop-steps", type=int, default=0)
+    parser.add_argument("--loop-fifo", type=int, metavar="PRIO", help="the loop at SCHED_FIFO")
+    parser.add_argument("--loop-cpu", type=int, help="pin the loop to this CPU")
+    parser.add_argument("--loop-mlock", action="store_true", help="lock the loop's memory")
     args = parser.parse_args()
     cuda = torch.cuda.is_available()
     with tempfile.TemporaryDirectory() as tmp_name:
@@ -341,10 +449,18 @@ def main() -> None:
             "mlp": bench_mlp(args.iters, tmp, cuda),
             "cnn": bench_cnn(max(20, args.iters // 50), tmp, cuda, args.threads),
         }
+        if cuda:
+            try:
+                result["graph_profile"] = graph_profile()
+            except Exception as exc:  # a profiler failure must not lose the timings
+                result["graph_profile"] = [{"error": f"{type(exc).__name__}: {exc}"}]
         bundle_dir = cartpole_bundle(tmp)
         result["torch_free"] = torch_free_rss(bundle_dir)
         if args.loop_steps:
-            result["loop"] = loop_run(bundle_dir, args.loop_rate, args.loop_steps, tmp)
+            rt = [*(["--fifo", str(args.loop_fifo)] if args.loop_fifo is not None else []),
+                  *(["--cpu", str(args.loop_cpu)] if args.loop_cpu is not None else []),
+                  *(["--mlock"] if args.loop_mlock else [])]  # fmt: skip
+            result["loop"] = loop_run(bundle_dir, args.loop_rate, args.loop_steps, tmp, rt)
             if (tmp / "loop.png").exists():
                 args.out.mkdir(parents=True, exist_ok=True)
                 (args.out / f"{args.name}_loop.png").write_bytes((tmp / "loop.png").read_bytes())
