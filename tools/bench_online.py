@@ -16,7 +16,7 @@ them, in the same call:
 Writes ``docs/benchmarks/online_<machine>.{json,md,png}`` (DQN: ``online_<machine>_dqn``).
 
     python tools/bench_online.py [--algo sac|dqn] [--rates 20,50,100,200] [--max-wall 300]
-                                 [--tag cpu]
+                                 [--tag cpu] [--device cpu|cuda] [--cuda-graphs]
 """
 
 from __future__ import annotations
@@ -42,12 +42,16 @@ TASKS = {
 """Per algorithm: the env its preset trains, the threshold, the output suffix."""
 ALGO = "sac"
 """The algorithm of this call (``--algo``)."""
+DEVICE = "cpu"
+"""The learner's device of this call (``--device``)."""
+GRAPHS: list[str] = []
+"""``--cuda-graphs`` for every run of this call (SAC's gradient step replayed from a graph)."""
 
 
 def _train(args: list[str], run: Path, timeout: float) -> dict:
     cmd = [sys.executable, "-m", "orin_rl.cli", "-q", "train", "--no-progress", "--overwrite",
-           "--algo", ALGO, "--env", TASKS[ALGO]["env"], "--device", "cpu", "--out", str(run),
-           *args]  # fmt: skip
+           "--algo", ALGO, "--env", TASKS[ALGO]["env"], "--device", DEVICE, "--out", str(run),
+           *GRAPHS, *args]  # fmt: skip
     start = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     wall = time.perf_counter() - start
@@ -117,6 +121,7 @@ def online_row(rate: float, max_wall: float, work: Path, utd: float = 1.0,
         "update_to_data_target": on["update_to_data_target"],
         "weight_swaps": on["weight_swaps"],
         "watchdog_trips": on["watchdog_trips"],
+        "learner_phase_s": on.get("learner_phase_s"),
         "curve": _curve(run),
     }
 
@@ -147,6 +152,13 @@ def offline_row(work: Path) -> dict:
     }
 
 
+def _learner(device: str, graphs: bool = False) -> str:
+    if device.startswith("cuda"):
+        step = ", its gradient step replayed from a CUDA graph" if graphs else ", eager"
+        return f"learner on {device}{step} (the actor on the host, 1 torch thread)"
+    return "learner on the CPU with 1 torch thread"
+
+
 def _fmt(v, spec="{:,.0f}"):
     return "—" if v is None else spec.format(v)
 
@@ -161,7 +173,7 @@ def write(result: dict, out: Path) -> None:
         f"{result.get('algo', 'sac').upper()} learner ({result['tag']})",
         "",
         f"`{result['command']}`, {result['date']}, {result['machine']}. One seed per row "
-        f"(seed 1), learner on the CPU with 1 torch thread; each online run capped at "
+        f"(seed 1), {_learner(result.get('device', 'cpu'), result.get('cuda_graphs', False))}; each online run capped at "
         f"{result['max_wall_s']:g} s. Threshold: eval ≥ {threshold:g} ({task['eval']}; the "
         "run stops after two in a row and a verdict on unseen seeds).",
         "",
@@ -183,6 +195,20 @@ def write(result: dict, out: Path) -> None:
             f"{_fmt(r.get('tick_max_us'))} | {_fmt(r.get('updates_per_s'), '{:.1f}')} | "
             f"{_fmt(r.get('updates_per_env_step'), '{:.2f}')} |"
         )
+    phased = [r for r in rows if r.get("learner_phase_s")]
+    if phased:
+        names = list(phased[0]["learner_phase_s"])
+        lines += [
+            "",
+            "Where the learner's wall time went, per online row (seconds of host time by phase"
+            " of its loop; a phase that waits on the GPU carries that wait):",
+            "",
+            "| mode | rate Hz | " + " | ".join(n.replace("_", " ") for n in names) + " |",
+            "|---|---|" + "---|" * len(names),
+            *(f"| {r['mode']} | {r['rate_hz']:g} | "
+              + " | ".join(f"{r['learner_phase_s'][n]:.1f}" for n in names) + " |"
+              for r in phased),
+        ]  # fmt: skip
     lines += ["", *result.get("notes", [])]
     out.with_suffix(".md").write_text("\n".join(lines) + "\n")
     try:
@@ -219,6 +245,10 @@ def main() -> int:
     p.add_argument("--max-wall", type=float, default=300.0, help="cap per online run (s)")
     p.add_argument("--actor-seconds", type=float, default=20.0, help="each actor-only run (s)")
     p.add_argument("--tag", default="cpu", help="machine tag in the output name")
+    p.add_argument("--device", default="cpu", help="the learner's device: cpu or cuda")
+    p.add_argument("--cuda-graphs", action="store_true",
+                   help="SAC on CUDA: replay the gradient step from a CUDA graph")  # fmt: skip
+    p.add_argument("--no-actor-only", action="store_true", help="skip the actor-only rows")
     p.add_argument("--work", type=Path, default=Path("/tmp/bench_online"), help="run folders")
     p.add_argument("--no-offline", action="store_true", help="skip the offline baseline")
     p.add_argument(
@@ -229,14 +259,17 @@ def main() -> int:
         help="also an online run with DroQ critics at this rate and update-to-data ratio",
     )
     args = p.parse_args()
-    global ALGO
-    ALGO = args.algo
+    global ALGO, DEVICE
+    ALGO, DEVICE = args.algo, args.device
+    if args.cuda_graphs and (ALGO != "sac" or not DEVICE.startswith("cuda")):
+        p.error("--cuda-graphs: SAC with --device cuda only")
+    GRAPHS[:] = ["--cuda-graphs"] if args.cuda_graphs else []
     if args.droq and ALGO != "sac":
         p.error("--droq: DroQ critics are SAC's; drop it with --algo dqn")
     rates = [float(r) for r in args.rates.split(",")]
     args.work.mkdir(parents=True, exist_ok=True)
     rows = []
-    for rate in rates:
+    for rate in [] if args.no_actor_only else rates:
         print(f"actor only at {rate:g} Hz ...", flush=True)
         rows.append(actor_only_row(rate, args.actor_seconds, args.work))
     for rate in rates:
@@ -256,9 +289,12 @@ def main() -> int:
         "command": "python tools/bench_online.py " + " ".join(sys.argv[1:]),
         "date": time.strftime("%Y-%m-%d"),
         "machine": f"{platform.node()}, {os.cpu_count()} CPUs, Python "
-        f"{platform.python_version()}, torch {torch.__version__}",
+        f"{platform.python_version()}, torch {torch.__version__}"
+        + (f", {torch.cuda.get_device_name()}" if DEVICE.startswith("cuda") else ""),
         "max_wall_s": args.max_wall,
         "algo": ALGO,
+        "device": DEVICE,
+        "cuda_graphs": bool(GRAPHS),
         "env": TASKS[ALGO]["env"],
         "threshold": TASKS[ALGO]["threshold"],
         "rows": rows,
