@@ -174,10 +174,7 @@ class OffPolicyAlgorithm:
         cfg = self.cfg
         if self.env_steps >= cfg.learning_starts and len(self.replay) >= cfg.batch_size:
             for _ in range(cfg.gradient_steps):
-                batch = self._sample()
-                losses = (
-                    self._graphed_step(batch) if self.graphs else torch.stack(self._step(batch))
-                )
+                losses = self.gradient_step()
                 self._loss_sums = losses if self._loss_sums is None else self._loss_sums + losses
                 self._loss_count += 1
                 self.grad_steps += 1
@@ -192,6 +189,13 @@ class OffPolicyAlgorithm:
 
     def _sample(self):
         return self.replay.sample(self.cfg.batch_size)
+
+    def gradient_step(self) -> torch.Tensor:
+        """One gradient step on a fresh batch; its losses (on the device, not synchronised):
+        a CUDA graph replay with graphs (the batch copied into the graph's inputs), else
+        eager."""
+        batch = self._sample()
+        return self._graphed_step(batch) if self.graphs else torch.stack(self._step(batch))
 
     def _graphed_step(self, batch: ReplayBatch) -> torch.Tensor:
         """One gradient step as a CUDA graph replay: the sampled batch is copied into static

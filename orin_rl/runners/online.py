@@ -787,8 +787,15 @@ class OnlineTrainer(Trainer):
         losses_sum: torch.Tensor | None = None
         losses_n = 0
         self.updates_this_process = 0
+        # Where the learner's wall time goes, by phase (host time: a phase that waits on the
+        # GPU, such as the first copy after a graph replay, carries that wait).
+        phase = self.learner_phase_s = dict.fromkeys(LEARNER_PHASES, 0.0)
+        clock = time.perf_counter
         while not self.stop.is_set():
+            t0 = clock()
             self._drain()
+            t1 = clock()
+            phase["drain"] += t1 - t0
             steps = algo.env_steps
             self.global_step = steps
             learning = steps >= scfg.learning_starts and len(algo.replay) >= scfg.batch_size
@@ -797,18 +804,26 @@ class OnlineTrainer(Trainer):
             )
             self._pending_due = due
             if due:
-                losses = torch.stack(algo._step(algo.replay.sample(scfg.batch_size)))
+                # --cuda-graphs: sampling and the step replayed from one graph (SAC on CUDA);
+                # an eager SAC step on a GPU is hundreds of small launches from this thread.
+                losses = algo.gradient_step()
                 losses_sum = losses if losses_sum is None else losses_sum + losses
                 losses_n += 1
                 algo.grad_steps += 1
                 self.updates_this_process += 1
+                t3 = clock()
+                phase["update"] += t3 - t1
             else:
                 time.sleep(0.0005)  # waiting for data: let the actor have the core
+                t3 = clock()
+                phase["wait_for_data"] += t3 - t1
             self.learner_heartbeat = time.monotonic()
             if steps - last_sync >= ocfg.weight_sync_every and algo.grad_steps:
                 self.mailbox.publish(algo.policy.actor)
                 self.weight_swaps_published += 1
                 last_sync = steps
+            t4 = clock()
+            phase["publish"] += t4 - t3
             algo.iteration = steps
             now = time.perf_counter()
             elapsed = self.time_offset + now - start
@@ -823,7 +838,9 @@ class OnlineTrainer(Trainer):
                 last_eval = steps
                 record = record or self._record(steps, elapsed, start, None, 0)
                 # seeds by evaluation count: they never reach the verdict's
+                t5 = clock()
                 self._periodic_eval(record, elapsed, index=steps // eval_every)
+                phase["evaluate"] += clock() - t5
             if record is not None:
                 logger.log(record)
             if now - last_ckpt >= ocfg.checkpoint_every_s:
@@ -843,6 +860,8 @@ class OnlineTrainer(Trainer):
                 self._learner_reason = "max_wall_s"
                 self.stop.set()
             self.learner_heartbeat = time.monotonic()
+            phase["other"] += clock() - t4
+        phase["other"] -= phase["evaluate"]
         # the supervisor stopped us, or we stopped: last transitions into the buffer
         self._drain()
 
@@ -899,12 +918,21 @@ class OnlineTrainer(Trainer):
             "episodes": len(actor.episode_returns),
             "wall_to_threshold_s": self.solved_at["time_s"] if self.solved_at else None,
             "rt_settings": actor.rt_settings,
+            "learner_phase_s": {
+                k: round(v, 3) for k, v in getattr(self, "learner_phase_s", {}).items()
+            },
         }
         import json
 
         (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
         return summary
 
+
+LEARNER_PHASES = ("drain", "update", "wait_for_data", "publish", "evaluate", "other")
+"""The learner loop's phases, timed into summary.json's ``online.learner_phase_s``: moving the
+actor's transitions into the replay buffer, a gradient step (its sampling included), sleeping
+until the data allow the next update, publishing weights to the actor, the periodic
+evaluation, and the rest (logging, checkpoints, the stop checks)."""
 
 __all__ = [
     "VERDICT_SEED_OFFSET",

@@ -217,6 +217,20 @@ def test_sac_solves_gpu_native_pendulum_with_cuda_graphs(tmp_path):
     assert summary["eval_return_mean"] >= -200, summary
 
 
+def test_gradient_step_is_the_graph_replay_with_graphs_else_eager(rng, monkeypatch):
+    """``gradient_step`` (the trainer's and the online learner's one step) takes the CUDA
+    graph under graphs; a spy stands in for the graph, which needs a GPU."""
+    taken = []
+    monkeypatch.setattr(SAC, "_graphed_step", lambda self, batch: taken.append(len(batch["obs"]))
+                        or torch.zeros(4))  # fmt: skip
+    sac = _sac(batch_size=16)
+    _fill(sac, 64, rng)
+    assert sac.gradient_step().shape == (len(sac.loss_names),) and taken == []  # eager
+    sac.graphs = True
+    sac.gradient_step()
+    assert taken == [16]
+
+
 @pytest.mark.parametrize("precision", ["bf16", "fp16"])
 @pytest.mark.parametrize("make", [_sac, _dqn], ids=["sac", "dqn"])
 def test_mixed_precision_updates_run_and_stay_finite(make, precision, rng):

@@ -235,6 +235,12 @@ def test_online_run_learns_from_every_tick_and_reports(tmp_path):
     assert on["updates"] > 0 and on["weight_swaps"] > 0
     assert 0 < on["updates_per_env_step"] <= 1.0 + 1e-9  # never above the target
     assert set(on["latency_us"]) == {"p50", "p99", "max"}
+    # the learner's time by phase: every phase it went through, adding up to its wall time
+    phases = on["learner_phase_s"]
+    assert set(phases) == set(online.LEARNER_PHASES)
+    assert min(phases["drain"], phases["update"], phases["publish"]) > 0
+    assert all(v >= 0 for v in phases.values())
+    assert 0.5 * summary["wall_time_s"] < sum(phases.values()) <= summary["wall_time_s"]
 
 
 def test_transitions_are_the_plant_s_own(tmp_path):
@@ -498,6 +504,33 @@ def test_online_learner_on_cuda_keeps_the_actor_off_the_gpu(tmp_path):
     _, net = trainer.mailbox.latest()
     assert isinstance(net, NumpyMLP)  # the actor's copy is host memory
     assert len(trainer.algo.replay) == summary["total_steps"]
+
+
+def test_online_learner_steps_through_the_algorithms_gradient_step(tmp_path):
+    """The online learner takes each step through ``gradient_step``, which picks the CUDA
+    graph under --cuda-graphs (it used to call the eager step itself, graphs or not)."""
+    trainer = OnlineTrainer(online_cfg(), tmp_path / "run", progress=False)
+    algo = trainer.algo
+    calls = []
+    step = algo.gradient_step
+
+    def counted():
+        calls.append(1)
+        return step()
+
+    algo.gradient_step = counted
+    summary = trainer.learn()
+    assert summary["online"]["updates"] > 0 and len(calls) == summary["online"]["updates"]
+
+
+@pytest.mark.gpu
+def test_online_learner_on_cuda_with_graphs_captures_the_step(tmp_path):
+    cfg = online_cfg(**{"train.device": "cuda", "train.cuda_graphs": True,
+                        "online.control_rate_hz": 500.0, "train.total_steps": 1000})  # fmt: skip
+    trainer = OnlineTrainer(cfg, tmp_path / "run", progress=False)
+    summary = trainer.learn()
+    assert trainer.algo.graphs and trainer.algo._graph is not None
+    assert summary["online"]["updates"] > 0 and summary["online"]["weight_swaps"] > 0
 
 
 def test_watchdog_leaves_a_long_reset_alone(tmp_path, monkeypatch):
