@@ -753,26 +753,32 @@ class OnlineTrainer(Trainer):
             self.learner_error = exc
             self.stop.set()
 
-    def _drain(self) -> int:
-        """Move the actor's finished transitions into the replay buffer (one insert)."""
+    def _drain(self, force: bool = True) -> int:
+        """Move the actor's finished transitions into the replay buffer (one insert).
+
+        ``force=False`` (the learner loop) waits until ``DRAIN_BATCH`` transitions are queued
+        or ``DRAIN_EVERY_S`` has passed: an insert costs the same for one transition as for
+        sixteen. For storage on a GPU the batch is staged in page-locked memory, so its copy
+        is asynchronous: from pageable memory it would first wait for every queued update."""
         actor, algo = self._actor, self.algo
         n = len(actor.queue)
-        if not n:
+        now = time.perf_counter()
+        if not n or (not force and n < DRAIN_BATCH and now - self._last_drain < DRAIN_EVERY_S):
             return 0
+        self._last_drain = now
         items = [actor.queue.popleft() for _ in range(n)]
         obs, actions, rewards, next_obs, terminated = zip(*items, strict=True)
-        algo.replay.add(
-            {
-                "obs": torch.from_numpy(np.stack(obs)),
-                "actions": torch.from_numpy(np.stack(actions)).to(
-                    algo.replay.specs["actions"].dtype
-                ),
-                "rewards": torch.tensor(rewards, dtype=torch.float32),
-                "next_obs": torch.from_numpy(np.stack(next_obs)),
-                "terminated": torch.tensor(terminated, dtype=torch.float32),
-                "discounts": torch.full((n,), self.algo_cfg.gamma, dtype=torch.float32),
-            }
-        )
+        batch = {
+            "obs": torch.from_numpy(np.stack(obs)),
+            "actions": torch.from_numpy(np.stack(actions)).to(algo.replay.specs["actions"].dtype),
+            "rewards": torch.tensor(rewards, dtype=torch.float32),
+            "next_obs": torch.from_numpy(np.stack(next_obs)),
+            "terminated": torch.tensor(terminated, dtype=torch.float32),
+            "discounts": torch.full((n,), self.algo_cfg.gamma, dtype=torch.float32),
+        }
+        if algo.replay.storage_device.type == "cuda":
+            batch = {k: v.pin_memory() for k, v in batch.items()}
+        algo.replay.add(batch)
         algo.env_steps += n
         return n
 
@@ -791,9 +797,14 @@ class OnlineTrainer(Trainer):
         # GPU, such as the first copy after a graph replay, carries that wait).
         phase = self.learner_phase_s = dict.fromkeys(LEARNER_PHASES, 0.0)
         clock = time.perf_counter
+        self._last_drain = 0.0
+        # Updates in flight on a GPU: the loop waits for the one before last before it queues
+        # another, so the actor's weights never lag far behind the updates counted.
+        in_flight: deque[torch.cuda.Event] = deque()
+        cuda = self.device.type == "cuda"
         while not self.stop.is_set():
             t0 = clock()
-            self._drain()
+            self._drain(force=False)
             t1 = clock()
             phase["drain"] += t1 - t0
             steps = algo.env_steps
@@ -806,7 +817,12 @@ class OnlineTrainer(Trainer):
             if due:
                 # --cuda-graphs: sampling and the step replayed from one graph (SAC on CUDA);
                 # an eager SAC step on a GPU is hundreds of small launches from this thread.
+                if len(in_flight) >= 2:
+                    in_flight.popleft().synchronize()
                 losses = algo.gradient_step()
+                if cuda:
+                    in_flight.append(torch.cuda.Event())
+                    in_flight[-1].record()
                 losses_sum = losses if losses_sum is None else losses_sum + losses
                 losses_n += 1
                 algo.grad_steps += 1
@@ -864,6 +880,15 @@ class OnlineTrainer(Trainer):
         phase["other"] -= phase["evaluate"]
         # the supervisor stopped us, or we stopped: last transitions into the buffer
         self._drain()
+
+    def _evaluate(self, seed_offset: int, policy=None, device=None) -> list[float]:
+        """With the learner on a GPU, the evaluation episodes run a host copy of its policy:
+        one small forward per env step on the GPU would cost a launch and a synchronisation
+        behind the queued updates, most of the learner's time at 1 kHz (measured on the H200,
+        docs/benchmarks/online_h200_phases.md)."""
+        if policy is None and self.device.type == "cuda":
+            policy, device = copy.deepcopy(self.policy).cpu(), torch.device("cpu")
+        return super()._evaluate(seed_offset, policy, device)
 
     def _extra_state(self) -> dict[str, Any]:
         return {"online_episodes": self.episodes_done()}
@@ -927,6 +952,11 @@ class OnlineTrainer(Trainer):
         (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
         return summary
 
+
+DRAIN_BATCH = 16
+"""The learner moves the actor's transitions into the buffer once this many are queued..."""
+DRAIN_EVERY_S = 0.01
+"""...or once this long has passed since the last move."""
 
 LEARNER_PHASES = ("drain", "update", "wait_for_data", "publish", "evaluate", "other")
 """The learner loop's phases, timed into summary.json's ``online.learner_phase_s``: moving the

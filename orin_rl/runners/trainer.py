@@ -582,16 +582,18 @@ class Trainer:
         self.solved_streak = 0
         return False
 
-    def _evaluate(self, seed_offset: int) -> list[float]:
+    def _evaluate(self, seed_offset: int, policy=None, device=None) -> list[float]:
         """Deterministic-policy returns on episodes seeded from ``seed + seed_offset`` (every
-        agent's, one after the other, when there are several)."""
+        agent's, one after the other, when there are several); ``policy`` on ``device``
+        instead of the learner's own."""
         cfg = self.cfg
-        self.policy.eval()
+        policy = self.policy if policy is None else policy
+        policy.eval()
         try:
-            args = (self.policy, cfg.env.env_id, cfg.train.eval_episodes)
+            args = (policy, cfg.env.env_id, cfg.train.eval_episodes)
             kwargs = {
                 "seed": cfg.train.seed + seed_offset,
-                "device": self.device,
+                "device": self.device if device is None else device,
                 "max_episode_steps": cfg.env.max_episode_steps,
                 "env_kwargs": cfg.env.kwargs,
                 "wrappers": cfg.env.wrappers,
@@ -601,10 +603,10 @@ class Trainer:
                 self.agent_returns = [statistics.fmean(r) for r in per_agent]
                 return [x for r in per_agent for x in r]
             if self.eval_on_training_physics:
-                return evaluate_batch(self.policy, self._eval_env(), kwargs["seed"])
+                return evaluate_batch(policy, self._eval_env(), kwargs["seed"])
             return evaluate(*args, **kwargs)
         finally:
-            self.policy.train()
+            policy.train()
 
     @property
     def eval_on_training_physics(self) -> bool:

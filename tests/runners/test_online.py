@@ -29,6 +29,7 @@ from orin_rl.runners.online import (
     squashed_gaussian_np,
 )
 from orin_rl.runners.plant_udp import PlantTimeout, UdpPlant, serve
+from orin_rl.runners.trainer import Trainer
 from orin_rl.runtime.loop import ControlLoop, LoopConfig
 
 
@@ -506,6 +507,29 @@ def test_online_learner_on_cuda_keeps_the_actor_off_the_gpu(tmp_path):
     assert len(trainer.algo.replay) == summary["total_steps"]
 
 
+def test_the_learner_moves_transitions_in_batches_and_all_at_the_end(tmp_path):
+    """The loop's drain waits for DRAIN_BATCH queued transitions or DRAIN_EVERY_S; a forced
+    drain (the end of the run) takes whatever is queued."""
+    trainer = OnlineTrainer(online_cfg(**{"train.total_steps": 100}), tmp_path / "run",
+                            progress=False)  # fmt: skip
+    trainer.learn()
+    stored = len(trainer.algo.replay)
+    transition = (np.zeros(3, np.float32), np.zeros(1, np.float32), 0.0,
+                  np.zeros(3, np.float32), 0.0)  # fmt: skip
+    queue = trainer._actor.queue
+    queue.extend([transition] * (online.DRAIN_BATCH - 1))
+    trainer._last_drain = time.perf_counter()
+    assert trainer._drain(force=False) == 0 and len(queue) == online.DRAIN_BATCH - 1
+    queue.append(transition)
+    assert trainer._drain(force=False) == online.DRAIN_BATCH and not queue
+    queue.append(transition)
+    trainer._last_drain = time.perf_counter() - online.DRAIN_EVERY_S
+    assert trainer._drain(force=False) == 1
+    queue.append(transition)
+    assert trainer._drain(force=False) == 0 and trainer._drain() == 1
+    assert len(trainer.algo.replay) == stored + online.DRAIN_BATCH + 2
+
+
 def test_online_learner_steps_through_the_algorithms_gradient_step(tmp_path):
     """The online learner takes each step through ``gradient_step``, which picks the CUDA
     graph under --cuda-graphs (it used to call the eager step itself, graphs or not)."""
@@ -531,6 +555,11 @@ def test_online_learner_on_cuda_with_graphs_captures_the_step(tmp_path):
     summary = trainer.learn()
     assert trainer.algo.graphs and trainer.algo._graph is not None
     assert summary["online"]["updates"] > 0 and summary["online"]["weight_swaps"] > 0
+    # evaluation runs a host copy of the policy: the returns the CUDA policy gives, within
+    # float noise (CPU and GPU matmuls round differently over 200 steps)
+    host = trainer._evaluate(123)
+    on_gpu = Trainer._evaluate(trainer, 123, trainer.policy, trainer.device)
+    np.testing.assert_allclose(host, on_gpu, rtol=1e-3, atol=0.5)
 
 
 def test_watchdog_leaves_a_long_reset_alone(tmp_path, monkeypatch):
