@@ -8,6 +8,7 @@ priority are applied where the OS permits, and skipped with a logged reason else
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import logging
 import os
@@ -131,11 +132,29 @@ def _lock_memory() -> str:
         reason = f"skipped: {exc}"
     else:
         if rc == 0:
-            return "locked (mlockall MCL_CURRENT|MCL_FUTURE)"
+            return f"locked (mlockall MCL_CURRENT|MCL_FUTURE): {_locked_kb():,} kB"
         err = ctypes.get_errno()
         reason = f"skipped: {os.strerror(err)} (needs CAP_IPC_LOCK or a larger ulimit -l)"
     log.warning("memory not locked: %s", reason)
     return reason
+
+
+def _locked_kb() -> int:
+    """The process's locked memory (the kernel's VmLck), 0 where /proc does not say."""
+    try:
+        with open("/proc/self/status") as status:
+            return next(int(line.split()[1]) for line in status if line.startswith("VmLck"))
+    except (OSError, StopIteration, ValueError):
+        return 0
+
+
+def _unlock_memory() -> None:
+    """``munlockall``: the loop is over; what the process does next is not real time."""
+    import ctypes
+    import ctypes.util
+
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").munlockall()
 
 
 class ControlLoop:
@@ -231,6 +250,8 @@ class ControlLoop:
             if cfg.disable_gc and gc_was_enabled:
                 gc.enable()
                 gc.collect()
+            if rt.get("memory", "").startswith("locked"):
+                _unlock_memory()  # MCL_FUTURE would bind what the process allocates later
         n = min(rec.count, rec.capacity)
         return LoopResult(
             iterations=rec.count,
