@@ -776,8 +776,9 @@ class OnlineTrainer(Trainer):
             "terminated": torch.tensor(terminated, dtype=torch.float32),
             "discounts": torch.full((n,), self.algo_cfg.gamma, dtype=torch.float32),
         }
-        if algo.replay.storage_device.type == "cuda":
-            batch = {k: v.pin_memory() for k, v in batch.items()}
+        if algo.replay.storage_device.type == "cuda":  # cast first: the copy stays async
+            specs = algo.replay.specs
+            batch = {k: v.to(specs[k].dtype).pin_memory() for k, v in batch.items()}
         algo.replay.add(batch)
         algo.env_steps += n
         return n
@@ -797,6 +798,7 @@ class OnlineTrainer(Trainer):
         # GPU, such as the first copy after a graph replay, carries that wait).
         phase = self.learner_phase_s = dict.fromkeys(LEARNER_PHASES, 0.0)
         clock = time.perf_counter
+        eval_before = self.eval_time_s  # periodic and verdict evaluations count it
         self._last_drain = 0.0
         # Updates in flight on a GPU: the loop waits for the one before last before it queues
         # another, so the actor's weights never lag far behind the updates counted.
@@ -815,14 +817,15 @@ class OnlineTrainer(Trainer):
             )
             self._pending_due = due
             if due:
-                # --cuda-graphs: sampling and the step replayed from one graph (SAC on CUDA);
-                # an eager SAC step on a GPU is hundreds of small launches from this thread.
+                # --cuda-graphs: the step replayed from a graph (SAC on CUDA; the batch is
+                # sampled eagerly into its inputs); an eager SAC step on a GPU is hundreds of
+                # small launches from this thread.
                 if len(in_flight) >= 2:
                     in_flight.popleft().synchronize()
                 losses = algo.gradient_step()
                 if cuda:
                     in_flight.append(torch.cuda.Event())
-                    in_flight[-1].record()
+                    in_flight[-1].record(torch.cuda.current_stream(self.device))
                 losses_sum = losses if losses_sum is None else losses_sum + losses
                 losses_n += 1
                 algo.grad_steps += 1
@@ -854,9 +857,7 @@ class OnlineTrainer(Trainer):
                 last_eval = steps
                 record = record or self._record(steps, elapsed, start, None, 0)
                 # seeds by evaluation count: they never reach the verdict's
-                t5 = clock()
                 self._periodic_eval(record, elapsed, index=steps // eval_every)
-                phase["evaluate"] += clock() - t5
             if record is not None:
                 logger.log(record)
             if now - last_ckpt >= ocfg.checkpoint_every_s:
@@ -877,6 +878,7 @@ class OnlineTrainer(Trainer):
                 self.stop.set()
             self.learner_heartbeat = time.monotonic()
             phase["other"] += clock() - t4
+        phase["evaluate"] = self.eval_time_s - eval_before
         phase["other"] -= phase["evaluate"]
         # the supervisor stopped us, or we stopped: last transitions into the buffer
         self._drain()
@@ -886,7 +888,7 @@ class OnlineTrainer(Trainer):
         one small forward per env step on the GPU would cost a launch and a synchronisation
         behind the queued updates, most of the learner's time at 1 kHz (measured on the H200,
         docs/benchmarks/online_h200_phases.md)."""
-        if policy is None and self.device.type == "cuda":
+        if policy is None and self.device.type == "cuda" and not self.eval_on_training_physics:
             policy, device = copy.deepcopy(self.policy).cpu(), torch.device("cpu")
         return super()._evaluate(seed_offset, policy, device)
 
