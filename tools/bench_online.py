@@ -245,7 +245,7 @@ def main() -> int:
     p.add_argument("--max-wall", type=float, default=300.0, help="cap per online run (s)")
     p.add_argument("--actor-seconds", type=float, default=20.0, help="each actor-only run (s)")
     p.add_argument("--tag", default="cpu", help="machine tag in the output name")
-    p.add_argument("--device", default="cpu", help="the learner's device: cpu or cuda")
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="the learner's device")
     p.add_argument("--cuda-graphs", action="store_true",
                    help="SAC on CUDA: replay the gradient step from a CUDA graph")  # fmt: skip
     p.add_argument("--no-actor-only", action="store_true", help="skip the actor-only rows")
@@ -261,6 +261,8 @@ def main() -> int:
     args = p.parse_args()
     global ALGO, DEVICE
     ALGO, DEVICE = args.algo, args.device
+    if DEVICE == "cuda" and args.tag == "cpu":
+        p.error("--device cuda: name the machine with --tag (e.g. --tag h200), not cpu")
     if args.cuda_graphs and (ALGO != "sac" or not DEVICE.startswith("cuda")):
         p.error("--cuda-graphs: SAC with --device cuda only")
     GRAPHS[:] = ["--cuda-graphs"] if args.cuda_graphs else []
