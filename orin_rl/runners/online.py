@@ -770,15 +770,17 @@ class OnlineTrainer(Trainer):
         obs, actions, rewards, next_obs, terminated = zip(*items, strict=True)
         batch = {
             "obs": torch.from_numpy(np.stack(obs)),
-            "actions": torch.from_numpy(np.stack(actions)).to(algo.replay.specs["actions"].dtype),
-            "rewards": torch.tensor(rewards, dtype=torch.float32),
+            "actions": torch.from_numpy(np.stack(actions)),
+            "rewards": torch.tensor(rewards),
             "next_obs": torch.from_numpy(np.stack(next_obs)),
-            "terminated": torch.tensor(terminated, dtype=torch.float32),
-            "discounts": torch.full((n,), self.algo_cfg.gamma, dtype=torch.float32),
+            "terminated": torch.tensor(terminated),
+            "discounts": torch.full((n,), self.algo_cfg.gamma),
         }
-        if algo.replay.storage_device.type == "cuda":  # cast first: the copy stays async
-            specs = algo.replay.specs
-            batch = {k: v.to(specs[k].dtype).pin_memory() for k, v in batch.items()}
+        # In the buffer's dtypes here, so a GPU buffer's copy from pinned memory stays async.
+        pin = algo.replay.storage_device.type == "cuda"
+        for key, value in batch.items():
+            value = value.to(algo.replay.specs[key].dtype)
+            batch[key] = value.pin_memory() if pin else value
         algo.replay.add(batch)
         algo.env_steps += n
         return n

@@ -120,14 +120,19 @@ MCL_CURRENT, MCL_FUTURE = 1, 2
 """mlockall flags (Linux, <sys/mman.h>)."""
 
 
+def _libc():
+    """The C library, with errno kept for ``ctypes.get_errno``."""
+    import ctypes.util
+
+    return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+
+
 def _lock_memory() -> str:
     """``mlockall(MCL_CURRENT | MCL_FUTURE)``: what was done, or why not."""
     import ctypes
-    import ctypes.util
 
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        rc = libc.mlockall(MCL_CURRENT | MCL_FUTURE)
+        rc = _libc().mlockall(MCL_CURRENT | MCL_FUTURE)
     except (OSError, AttributeError) as exc:
         reason = f"skipped: {exc}"
     else:
@@ -150,11 +155,8 @@ def _locked_kb() -> int:
 
 def _unlock_memory() -> None:
     """``munlockall``: the loop is over; what the process does next is not real time."""
-    import ctypes
-    import ctypes.util
-
     with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").munlockall()
+        _libc().munlockall()
 
 
 class ControlLoop:
