@@ -38,7 +38,8 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import Any
+import os
+from typing import Any, NamedTuple
 
 import numba
 import numpy as np
@@ -55,8 +56,18 @@ ROLLOUT_THREADS = 128
 UPDATE_THREADS = 256  # a power of two (tree reductions), at least 2 x the widest hidden layer
 ENVS_PER_BLOCK = 8
 CHUNK = 8  # minibatch samples the update kernel holds in shared memory at a time
+BLOCKS_PER_SM = 2  # the update splits a small minibatch over blocks until these fill the GPU
+ELEMENTS_PER_THREAD = 4  # parameters per thread in the gradient-sum and Adam kernels
+GRADS_MAX_REGISTERS: int | None = 128
+"""Register cap of the gradient kernel: 168 registers a thread left room for one 256-thread
+block per SM; at 128 two fit (H200, 512 agents: 25.4 -> 19.9 ms an iteration). Numba's cache
+key leaves compile options out: change it here (the source), not at run time."""
 SHARED_FLOATS = 12_288  # 48 KiB: static shared memory per block
 UNIFORMS_PER_STEP = 5  # one for the action, four for a reset state
+KERNEL_CACHE = os.environ.get("ORIN_RL_KERNEL_CACHE", "1") != "0"
+"""Keep the compiled kernels on disk (Numba's cache: ``__pycache__`` beside this file, or
+``NUMBA_CACHE_DIR``), so only a machine's first run of a policy shape pays the compile.
+``ORIN_RL_KERNEL_CACHE=0`` compiles in every process."""
 
 F32 = np.float32
 ZERO = F32(0.0)
@@ -146,6 +157,16 @@ def update_blocker(cfg: Any, spec: Any) -> str | None:
     return None
 
 
+def parts_per_agent(minibatch: int, num_agents: int, device: torch.device) -> int:
+    """Thread blocks that share one agent's minibatch step: enough for ``BLOCKS_PER_SM``
+    blocks on every SM, at most one per ``CHUNK`` samples (each writes a partial gradient)."""
+    sms = 2
+    if device.type == "cuda":
+        sms = torch.cuda.get_device_properties(device).multi_processor_count
+    wanted = -(-BLOCKS_PER_SM * sms // num_agents)
+    return max(1, min(wanted, -(-minibatch // CHUNK)))
+
+
 # ---------------------------------------------------------------------------- kernels
 def _packed(tensors: np.ndarray, sizes: list[int]) -> tuple[np.ndarray, int]:
     """Offsets (indexed by tensor id) of ``tensors`` laid end to end, and their total size."""
@@ -157,7 +178,17 @@ def _packed(tensors: np.ndarray, sizes: list[int]) -> tuple[np.ndarray, int]:
     return offsets, int(total)
 
 
-_KERNELS: dict[tuple, tuple[Any, Any]] = {}
+class FusedKernels(NamedTuple):
+    """The compiled kernels of one policy shape (see the module docstring)."""
+
+    rollout: Any
+    prepare: Any
+    grads: Any
+    reduce: Any
+    apply: Any
+
+
+_KERNELS: dict[tuple, FusedKernels] = {}
 
 
 def shared_floats(obs_dim: int, h1: int, h2: int, num_actions: int, envs_per_block: int,
@@ -171,16 +202,16 @@ def shared_floats(obs_dim: int, h1: int, h2: int, num_actions: int, envs_per_blo
     small = params - 2 * h1 * h2  # gradients of all but the W2s
     shared_params = small - 2 * d * h1  # biases and heads (the W1s are read from global)
     update = (2 * h1 * (h2 + 1) + chunk * (d + 2 * h1 + 2 * h2 + a1 + 5) + small
-              + shared_params + 10 + UPDATE_THREADS)  # fmt: skip
+              + shared_params + 5)  # fmt: skip
     return rollout, update
 
 
 def build_kernels(obs_dim: int, h1: int, h2: int, num_actions: int, activation: str,
                   in_major: bool, num_agents: int, envs_per_block: int, rollout_threads: int,
-                  update_threads: int) -> tuple[Any, Any]:  # fmt: skip
+                  update_threads: int) -> FusedKernels:  # fmt: skip
     """Compile (once per shape) the rollout and update kernels; sizes are compile-time."""
     key = (obs_dim, h1, h2, num_actions, activation, in_major, num_agents, envs_per_block,
-           rollout_threads, update_threads)  # fmt: skip
+           rollout_threads, update_threads, GRADS_MAX_REGISTERS)  # fmt: skip
     if key in _KERNELS:
         return _KERNELS[key]
 
@@ -191,6 +222,7 @@ def build_kernels(obs_dim: int, h1: int, h2: int, num_actions: int, activation: 
     sizes = [max(n_in, 1) * n_out for n_in, n_out in layout]
     offs = np.cumsum([0, *sizes])[:-1]
     P = int(sum(sizes))
+    NT = len(sizes)
     BASE = np.array([K * o for o in offs], np.int64)  # each tensor's start in the flat buffer
     SIZE = np.array(sizes, np.int64)  # one agent's elements of each tensor
     OFF = np.array(offs, np.int64)  # each tensor's start in one agent's (shared) copy
@@ -211,6 +243,9 @@ def build_kernels(obs_dim: int, h1: int, h2: int, num_actions: int, activation: 
     CS2 = -(-C // G2)  # chunk samples a thread computes in layer 2
     CS1 = -(-C // G1)  # ... in d1
     TANH = activation == "tanh"
+    limits = {}  # the simulator takes no register limit
+    if GRADS_MAX_REGISTERS and not numba.config.ENABLE_CUDASIM:
+        limits["max_registers"] = GRADS_MAX_REGISTERS
     f32 = numba.float32
 
     @cuda.jit(device=True, inline=True)
@@ -309,7 +344,7 @@ def build_kernels(obs_dim: int, h1: int, h2: int, num_actions: int, activation: 
             outs[e, o] = acc
         cuda.syncthreads()
 
-    @cuda.jit
+    @cuda.jit(cache=KERNEL_CACHE)
     def rollout(params, state, elapsed, ep_ret, ep_len, last_ret, last_len, finished, rand,
                 obs_b, actions_b, logp_b, values_b, rewards_b, term_b, end_b, boot_b, next_b,
                 adv_b, ret_b, gamma, lam, max_steps, n_envs, chunks):  # fmt: skip
@@ -466,12 +501,43 @@ def build_kernels(obs_dim: int, h1: int, h2: int, num_actions: int, activation: 
         params[q] = p
         return p
 
-    @cuda.jit
-    def update(params, grad, m1, m2, obs_b, actions_b, logp_b, values_b, adv_b, ret_b, perm,
-               stats, lr, step0, clip, ent_coef, vf_coef, max_grad_norm, clip_vloss, norm_adv,
-               n_envs, num_epochs, num_mb):  # fmt: skip
+    @cuda.jit(cache=KERNEL_CACHE)
+    def prepare(adv_b, stats, n_envs, norm_adv):
+        """Block k: zero agent k's loss sums and normalise its advantages in place
+        (ops.normalize_: unbiased std, eps 1e-8; two passes, the mean and then the spread)."""
         tid = cuda.threadIdx.x
         k = cuda.blockIdx.x
+        red = cuda.shared.array(UT, f32)
+        if tid < 5:
+            stats[k, tid] = ZERO
+        if norm_adv:
+            batch = adv_b.shape[0] * n_envs
+            part = ZERO
+            for idx in range(tid, batch, UT):
+                part += adv_b[idx // n_envs, k * n_envs + idx % n_envs]
+            mean32 = block_sum(red, part, tid) / f32(batch)
+            part = ZERO
+            for idx in range(tid, batch, UT):
+                dev = adv_b[idx // n_envs, k * n_envs + idx % n_envs] - mean32
+                part += dev * dev
+            var = block_sum(red, part, tid) / f32(batch - 1 if batch > 1 else 1)
+            std = math.sqrt(var)
+            for idx in range(tid, batch, UT):
+                t = idx // n_envs
+                g = k * n_envs + idx % n_envs
+                adv_b[t, g] = (adv_b[t, g] - mean32) / (std + F32(1e-8))
+
+    @cuda.jit(cache=KERNEL_CACHE, **limits)
+    def grads(params, partial, pterms, obs_b, actions_b, logp_b, values_b, adv_b, ret_b, perm,
+              clip, ent_coef, vf_coef, clip_vloss, n_envs, num_mb, j):  # fmt: skip
+        """Minibatch step ``j`` (epoch j // num_mb, minibatch j % num_mb), split over
+        ``partial.shape[0]`` blocks per agent: block (k, part) writes the loss gradient of its
+        slice of agent k's minibatch into ``partial[part]`` (the flat layout) and the sums of
+        its loss terms into ``pterms[part, k]``."""
+        tid = cuda.threadIdx.x
+        nparts = partial.shape[0]
+        k = cuda.blockIdx.x // nparts
+        part = cuda.blockIdx.x % nparts
         w2s = cuda.shared.array(NW2S, f32)  # both W2, input-major, rows padded
         xs = cuda.shared.array((C, D), f32)
         a1s = cuda.shared.array((C, W2H1), f32)  # layer-1 activations, then d1
@@ -480,15 +546,19 @@ def build_kernels(obs_dim: int, h1: int, h2: int, num_actions: int, activation: 
         terms = cuda.shared.array((C, 5), f32)
         sg = cuda.shared.array(NSG, f32)  # gradients of every tensor but the W2s
         sp = cuda.shared.array(NSP, f32)  # biases and heads: read in every chunk
-        red = cuda.shared.array(UT, f32)
         mb_terms = cuda.shared.array(5, f32)
-        acc_stats = cuda.shared.array(5, f32)
         acc = cuda.local.array(R2, f32)  # this thread's W2 gradient elements
         hsum = cuda.local.array(CS2, f32)
-        num_steps = obs_b.shape[0]
-        batch = num_steps * n_envs
-        mb = batch // num_mb
+        hsum1 = cuda.local.array(CS1, f32)
+        mb = obs_b.shape[0] * n_envs // num_mb
         inv_mb = ONE / f32(mb)
+        per = (mb + nparts - 1) // nparts
+        lo = part * per
+        hi = lo + per
+        if hi > mb:
+            hi = mb
+        epoch = j // num_mb
+        first = (j % num_mb) * mb  # the minibatch's first position in the permutation
         # dW2 ownership: column col of the two W2 (net, q), rows grp, grp + G2, ...
         col = tid % W2H2
         grp = tid // W2H2
@@ -504,264 +574,294 @@ def build_kernels(obs_dim: int, h1: int, h2: int, num_actions: int, activation: 
             t = SHP[s]
             for idx in range(tid, SIZE[t], UT):
                 sp[POFF[t] + idx] = params[BASE[t] + k * SIZE[t] + idx]
+        for r in range(R2):
+            acc[r] = ZERO
+        for idx in range(tid, NSMALL, UT):
+            sg[idx] = ZERO
         if tid < 5:
-            acc_stats[tid] = ZERO
-        if norm_adv:  # ops.normalize_: unbiased std, eps 1e-8 (two passes: mean, then spread)
-            part = ZERO
-            for idx in range(tid, batch, UT):
-                part += adv_b[idx // n_envs, k * n_envs + idx % n_envs]
-            mean32 = block_sum(red, part, tid) / f32(batch)
-            part = ZERO
-            for idx in range(tid, batch, UT):
-                dev = adv_b[idx // n_envs, k * n_envs + idx % n_envs] - mean32
-                part += dev * dev
-            var = block_sum(red, part, tid) / f32(batch - 1 if batch > 1 else 1)
-            std = math.sqrt(var)
-            for idx in range(tid, batch, UT):
-                t = idx // n_envs
-                g = k * n_envs + idx % n_envs
-                adv_b[t, g] = (adv_b[t, g] - mean32) / (std + F32(1e-8))
+            mb_terms[tid] = ZERO
         cuda.syncthreads()
-        step = step0
-        for epoch in range(num_epochs):
-            for b in range(num_mb):
-                for r in range(R2):
-                    acc[r] = ZERO
-                for idx in range(tid, NSMALL, UT):
-                    sg[idx] = ZERO
-                if tid < 5:
-                    mb_terms[tid] = ZERO
-                for c0 in range(0, mb, C):
-                    nc = mb - c0
-                    if nc > C:
-                        nc = C
-                    for idx in range(tid, nc * D, UT):
-                        c = idx // D
-                        smp = perm[epoch, k, b * mb + c0 + c]
-                        xs[c, idx % D] = obs_b[smp // n_envs, k * n_envs + smp % n_envs, idx % D]
-                    cuda.syncthreads()
-                    for idx in range(tid, nc * W2H1, UT):  # layer 1 (D inputs, from global)
-                        c = idx // W2H1
-                        u = idx % W2H1
-                        net = u // H1
-                        q = u % H1
-                        h = sp[POFF[6 * net + 1] + q]
-                        for i in range(D):
-                            h += xs[c, i] * params[gidx(6 * net, k, i, q)]
-                        a1s[c, u] = act(h)
-                    cuda.syncthreads()
-                    if owner:  # layer 2: column col, samples grp, grp + G2, ...; W2 read once
-                        for s in range(CS2):
-                            hsum[s] = ZERO
-                        for i in range(H1):
-                            w = w2s[(net2 * H1 + i) * W2P + q2]
-                            for s in range(CS2):
-                                c = grp + s * G2
-                                if c < nc:
-                                    hsum[s] += a1s[c, net2 * H1 + i] * w
-                        bias = sp[POFF[6 * net2 + 3] + q2]
-                        for s in range(CS2):
-                            c = grp + s * G2
-                            if c < nc:
-                                a2s[c, col] = act(hsum[s] + bias)
-                    cuda.syncthreads()
-                    for idx in range(tid, nc * A1, UT):  # heads
-                        c = idx // A1
-                        o = idx % A1
-                        if o < A:
-                            h = sp[POFF[5] + o]
-                            for i in range(H2):
-                                h += a2s[c, i] * sp[POFF[4] + local(4, i, o)]
-                        else:
-                            h = sp[POFF[11]]
-                            for i in range(H2):
-                                h += a2s[c, H2 + i] * sp[POFF[10] + i]
-                        outs[c, o] = h
-                    cuda.syncthreads()
-                    # The loss's gradient at the heads, one sample per thread (PPO's
-                    # _minibatch_step differentiated by hand, torch.max's and clamp's
-                    # subgradients included).
-                    for c in range(tid, nc, UT):
-                        smp = perm[epoch, k, b * mb + c0 + c]
-                        t = smp // n_envs
-                        g = k * n_envs + smp % n_envs
-                        a = actions_b[t, g]
-                        lse = logsumexp(outs, c)
-                        entropy = ZERO
-                        for o in range(A):
-                            lp = outs[c, o] - lse
-                            entropy -= math.exp(lp) * lp
-                        logratio = outs[c, a] - lse - logp_b[t, g]
-                        ratio = math.exp(logratio)
-                        adv = adv_b[t, g]
-                        inside = ratio >= ONE - clip and ratio <= ONE + clip
-                        unclipped = -adv * ratio
-                        clipped = -adv * fmin(fmax(ratio, ONE - clip), ONE + clip)
-                        if unclipped > clipped:
-                            d_ratio = -adv
-                            pg = unclipped
-                        elif unclipped == clipped:
-                            d_ratio = -adv * HALF + (-adv * HALF if inside else ZERO)
-                            pg = unclipped
-                        else:
-                            d_ratio = -adv if inside else ZERO
-                            pg = clipped
-                        g_logp = d_ratio * ratio * inv_mb
-                        value = outs[c, A]
-                        ret = ret_b[t, g]
-                        if clip_vloss:
-                            old = values_b[t, g]
-                            dv = value - old
-                            inside_v = dv >= -clip and dv <= clip
-                            vc = old + fmin(fmax(dv, -clip), clip)
-                            sq_u = (value - ret) * (value - ret)
-                            sq_c = (vc - ret) * (vc - ret)
-                            if sq_u > sq_c:
-                                g_v = value - ret
-                                vloss = sq_u
-                            elif sq_u == sq_c:
-                                half_c = HALF * (vc - ret) if inside_v else ZERO
-                                g_v = HALF * (value - ret) + half_c
-                                vloss = sq_u
-                            else:
-                                g_v = (vc - ret) if inside_v else ZERO
-                                vloss = sq_c
-                        else:
-                            g_v = value - ret
-                            vloss = (value - ret) * (value - ret)
-                        for o in range(A):
-                            lp = outs[c, o] - lse
-                            p = math.exp(lp)
-                            onehot = ONE if o == a else ZERO
-                            outs[c, o] = g_logp * (onehot - p) + ent_coef * inv_mb * p * (
-                                lp + entropy
-                            )
-                        outs[c, A] = vf_coef * g_v * inv_mb
-                        terms[c, 0] = pg
-                        terms[c, 1] = HALF * vloss
-                        terms[c, 2] = entropy
-                        terms[c, 3] = (ratio - ONE) - logratio
-                        terms[c, 4] = ONE if abs(ratio - ONE) > clip else ZERO
-                    cuda.syncthreads()
-                    if tid < 5:  # fixed order: a run is reproducible
-                        for c in range(nc):
-                            mb_terms[tid] += terms[c, tid]
-                    # heads' gradients (need the layer-2 activations, before d2 replaces them)
-                    for idx in range(tid, H2 * A1 + A1, UT):
-                        if idx < H2 * A:
-                            i = idx // A
-                            o = idx % A
-                            h = ZERO
-                            for c in range(nc):
-                                h += a2s[c, i] * outs[c, o]
-                            sg[SOFF[4] + local(4, i, o)] += h
-                        elif idx < H2 * A1:
-                            i = idx - H2 * A
-                            h = ZERO
-                            for c in range(nc):
-                                h += a2s[c, H2 + i] * outs[c, A]
-                            sg[SOFF[10] + i] += h
-                        else:
-                            o = idx - H2 * A1
-                            h = ZERO
-                            for c in range(nc):
-                                h += outs[c, o]
-                            sg[(SOFF[5] + o) if o < A else SOFF[11]] += h
-                    cuda.syncthreads()
-                    for idx in range(tid, nc * W2H2, UT):  # d2, in place of the activations
-                        c = idx // W2H2
-                        u = idx % W2H2
-                        q = u % H2
-                        if u < H2:
-                            h = ZERO
-                            for o in range(A):
-                                h += sp[POFF[4] + local(4, q, o)] * outs[c, o]
-                        else:
-                            h = sp[POFF[10] + q] * outs[c, A]
-                        a2s[c, u] = h * dact(a2s[c, u])
-                    cuda.syncthreads()
-                    if owner:  # dW2 (registers) and db2
-                        for c in range(nc):
-                            d = a2s[c, col]
-                            for r in range(R2):
-                                i = grp + r * G2
-                                if i < H1:
-                                    acc[r] += a1s[c, net2 * H1 + i] * d
-                        if grp == 0:
-                            h = ZERO
-                            for c in range(nc):
-                                h += a2s[c, col]
-                            sg[SOFF[6 * net2 + 3] + q2] += h
-                    cuda.syncthreads()
-                    unit = tid % W2H1  # d1, in place of the layer-1 activations
-                    g1 = tid // W2H1
-                    if g1 < G1:
-                        net = unit // H1
-                        i = unit % H1
-                        row = (net * H1 + i) * W2P
-                        for s in range(CS1):
-                            c = g1 + s * G1
-                            if c < nc:
-                                h = ZERO
-                                for q in range(H2):
-                                    h += w2s[row + q] * a2s[c, net * H2 + q]
-                                a1s[c, unit] = h * dact(a1s[c, unit])
-                    cuda.syncthreads()
-                    for idx in range(tid, 2 * (D * H1 + H1), UT):  # dW1 and db1
-                        net = idx // (D * H1 + H1)
-                        e = idx % (D * H1 + H1)
-                        h = ZERO
-                        if e < D * H1:
-                            i = e // H1
-                            q = e % H1
-                            for c in range(nc):
-                                h += xs[c, i] * a1s[c, net * H1 + q]
-                            sg[SOFF[6 * net] + local(6 * net, i, q)] += h
-                        else:
-                            q = e - D * H1
-                            for c in range(nc):
-                                h += a1s[c, net * H1 + q]
-                            sg[SOFF[6 * net + 1] + q] += h
-                    cuda.syncthreads()
-                # clip_grad_norm_ over every tensor, then Adam (torch's formulas)
-                ss = ZERO
-                if owner:
-                    for r in range(R2):
-                        if grp + r * G2 < H1:
-                            ss += acc[r] * acc[r]
-                for idx in range(tid, NSMALL, UT):
-                    ss += sg[idx] * sg[idx]
-                norm = math.sqrt(block_sum(red, ss, tid))
-                coef = f32(fmin(max_grad_norm / (norm + F32(1e-6)), ONE))
-                step += 1
-                step_size = f32(lr / (1.0 - 0.9**step))
-                bc2_sqrt = f32(math.sqrt(1.0 - 0.999**step))
-                if owner:
+        for c0 in range(lo, hi, C):
+            nc = hi - c0
+            if nc > C:
+                nc = C
+            # A short last chunk is padded with zero rows whose loss gradient is zero: every
+            # loop below runs C samples, a compile-time count.
+            for idx in range(tid, C * D, UT):
+                c = idx // D
+                x = ZERO
+                if c < nc:
+                    smp = perm[epoch, k, first + c0 + c]
+                    x = obs_b[smp // n_envs, k * n_envs + smp % n_envs, idx % D]
+                xs[c, idx % D] = x
+            cuda.syncthreads()
+            for idx in range(tid, C * W2H1, UT):  # layer 1 (D inputs, from global)
+                c = idx // W2H1
+                u = idx % W2H1
+                net = u // H1
+                q = u % H1
+                h = sp[POFF[6 * net + 1] + q]
+                for i in range(D):
+                    h += xs[c, i] * params[gidx(6 * net, k, i, q)]
+                a1s[c, u] = act(h)
+            cuda.syncthreads()
+            if owner:  # layer 2: column col, samples grp, grp + G2, ...; W2 read once
+                for s in range(CS2):
+                    hsum[s] = ZERO
+                for i in range(H1):
+                    w = w2s[(net2 * H1 + i) * W2P + q2]
+                    for s in range(CS2):
+                        c = grp + s * G2
+                        if c < C:
+                            hsum[s] += a1s[c, net2 * H1 + i] * w
+                bias = sp[POFF[6 * net2 + 3] + q2]
+                for s in range(CS2):
+                    c = grp + s * G2
+                    if c < C:
+                        a2s[c, col] = act(hsum[s] + bias)
+            cuda.syncthreads()
+            for idx in range(tid, C * A1, UT):  # heads
+                c = idx // A1
+                o = idx % A1
+                if o < A:
+                    h = sp[POFF[5] + o]
+                    for i in range(H2):
+                        h += a2s[c, i] * sp[POFF[4] + local(4, i, o)]
+                else:
+                    h = sp[POFF[11]]
+                    for i in range(H2):
+                        h += a2s[c, H2 + i] * sp[POFF[10] + i]
+                outs[c, o] = h
+            cuda.syncthreads()
+            # The loss's gradient at the heads, one sample per thread (PPO's _minibatch_step
+            # differentiated by hand, torch.max's and clamp's subgradients included).
+            for c in range(nc + tid, C, UT):  # the padding: no gradient, no loss terms
+                for o in range(A1):
+                    outs[c, o] = ZERO
+                for m in range(5):
+                    terms[c, m] = ZERO
+            for c in range(tid, nc, UT):
+                smp = perm[epoch, k, first + c0 + c]
+                t = smp // n_envs
+                g = k * n_envs + smp % n_envs
+                a = actions_b[t, g]
+                lse = logsumexp(outs, c)
+                entropy = ZERO
+                for o in range(A):
+                    lp = outs[c, o] - lse
+                    entropy -= math.exp(lp) * lp
+                logratio = outs[c, a] - lse - logp_b[t, g]
+                ratio = math.exp(logratio)
+                adv = adv_b[t, g]
+                inside = ratio >= ONE - clip and ratio <= ONE + clip
+                unclipped = -adv * ratio
+                clipped = -adv * fmin(fmax(ratio, ONE - clip), ONE + clip)
+                if unclipped > clipped:
+                    d_ratio = -adv
+                    pg = unclipped
+                elif unclipped == clipped:
+                    d_ratio = -adv * HALF + (-adv * HALF if inside else ZERO)
+                    pg = unclipped
+                else:
+                    d_ratio = -adv if inside else ZERO
+                    pg = clipped
+                g_logp = d_ratio * ratio * inv_mb
+                value = outs[c, A]
+                ret = ret_b[t, g]
+                if clip_vloss:
+                    old = values_b[t, g]
+                    dv = value - old
+                    inside_v = dv >= -clip and dv <= clip
+                    vc = old + fmin(fmax(dv, -clip), clip)
+                    sq_u = (value - ret) * (value - ret)
+                    sq_c = (vc - ret) * (vc - ret)
+                    if sq_u > sq_c:
+                        g_v = value - ret
+                        vloss = sq_u
+                    elif sq_u == sq_c:
+                        half_c = HALF * (vc - ret) if inside_v else ZERO
+                        g_v = HALF * (value - ret) + half_c
+                        vloss = sq_u
+                    else:
+                        g_v = (vc - ret) if inside_v else ZERO
+                        vloss = sq_c
+                else:
+                    g_v = value - ret
+                    vloss = (value - ret) * (value - ret)
+                for o in range(A):
+                    lp = outs[c, o] - lse
+                    p = math.exp(lp)
+                    onehot = ONE if o == a else ZERO
+                    outs[c, o] = g_logp * (onehot - p) + ent_coef * inv_mb * p * (lp + entropy)
+                outs[c, A] = vf_coef * g_v * inv_mb
+                terms[c, 0] = pg
+                terms[c, 1] = HALF * vloss
+                terms[c, 2] = entropy
+                terms[c, 3] = (ratio - ONE) - logratio
+                terms[c, 4] = ONE if abs(ratio - ONE) > clip else ZERO
+            cuda.syncthreads()
+            if tid < 5:  # fixed order: a run is reproducible
+                for c in range(C):
+                    mb_terms[tid] += terms[c, tid]
+            # heads' gradients (need the layer-2 activations, before d2 replaces them)
+            for idx in range(tid, H2 * A1 + A1, UT):
+                if idx < H2 * A:
+                    i = idx // A
+                    o = idx % A
+                    h = ZERO
+                    for c in range(C):
+                        h += a2s[c, i] * outs[c, o]
+                    sg[SOFF[4] + local(4, i, o)] += h
+                elif idx < H2 * A1:
+                    i = idx - H2 * A
+                    h = ZERO
+                    for c in range(C):
+                        h += a2s[c, H2 + i] * outs[c, A]
+                    sg[SOFF[10] + i] += h
+                else:
+                    o = idx - H2 * A1
+                    h = ZERO
+                    for c in range(C):
+                        h += outs[c, o]
+                    sg[(SOFF[5] + o) if o < A else SOFF[11]] += h
+            cuda.syncthreads()
+            for idx in range(tid, C * W2H2, UT):  # d2, in place of the activations
+                c = idx // W2H2
+                u = idx % W2H2
+                q = u % H2
+                if u < H2:
+                    h = ZERO
+                    for o in range(A):
+                        h += sp[POFF[4] + local(4, q, o)] * outs[c, o]
+                else:
+                    h = sp[POFF[10] + q] * outs[c, A]
+                a2s[c, u] = h * dact(a2s[c, u])
+            cuda.syncthreads()
+            if owner:  # dW2 (registers) and db2
+                for c in range(C):
+                    d = a2s[c, col]
                     for r in range(R2):
                         i = grp + r * G2
                         if i < H1:
-                            q = gidx(6 * net2 + 2, k, i, q2)
-                            grad[q] = acc[r]
-                            w2s[(net2 * H1 + i) * W2P + q2] = adam(
-                                params, m1, m2, q, acc[r] * coef, step_size, bc2_sqrt
-                            )
-                for s in range(SMALL.shape[0]):
-                    t = SMALL[s]
-                    for idx in range(tid, SIZE[t], UT):
-                        q = BASE[t] + k * SIZE[t] + idx
-                        gq = sg[SOFF[t] + idx]
-                        grad[q] = gq
-                        new = adam(params, m1, m2, q, gq * coef, step_size, bc2_sqrt)
-                        if t != 0 and t != 6:
-                            sp[POFF[t] + idx] = new
-                if tid < 5:
-                    acc_stats[tid] += mb_terms[tid] * inv_mb
-                cuda.syncthreads()
+                            acc[r] += a1s[c, net2 * H1 + i] * d
+                if grp == 0:
+                    h = ZERO
+                    for c in range(C):
+                        h += a2s[c, col]
+                    sg[SOFF[6 * net2 + 3] + q2] += h
+            cuda.syncthreads()
+            unit = tid % W2H1  # d1, in place of the layer-1 activations
+            g1 = tid // W2H1
+            if g1 < G1:
+                net = unit // H1
+                i = unit % H1
+                row = (net * H1 + i) * W2P
+                for s in range(CS1):
+                    hsum1[s] = ZERO
+                for q in range(H2):  # W2 read once for the thread's samples
+                    w = w2s[row + q]
+                    for s in range(CS1):
+                        c = g1 + s * G1
+                        if c < C:
+                            hsum1[s] += w * a2s[c, net * H2 + q]
+                for s in range(CS1):
+                    c = g1 + s * G1
+                    if c < C:
+                        a1s[c, unit] = hsum1[s] * dact(a1s[c, unit])
+            cuda.syncthreads()
+            for idx in range(tid, 2 * (D * H1 + H1), UT):  # dW1 and db1
+                net = idx // (D * H1 + H1)
+                e = idx % (D * H1 + H1)
+                h = ZERO
+                if e < D * H1:
+                    i = e // H1
+                    q = e % H1
+                    for c in range(C):
+                        h += xs[c, i] * a1s[c, net * H1 + q]
+                    sg[SOFF[6 * net] + local(6 * net, i, q)] += h
+                else:
+                    q = e - D * H1
+                    for c in range(C):
+                        h += a1s[c, net * H1 + q]
+                    sg[SOFF[6 * net + 1] + q] += h
+            cuda.syncthreads()
+        if owner:  # this slice's gradient, in the flat layout
+            for r in range(R2):
+                i = grp + r * G2
+                if i < H1:
+                    partial[part, gidx(6 * net2 + 2, k, i, q2)] = acc[r]
+        for s in range(SMALL.shape[0]):
+            t = SMALL[s]
+            for idx in range(tid, SIZE[t], UT):
+                partial[part, BASE[t] + k * SIZE[t] + idx] = sg[SOFF[t] + idx]
         if tid < 5:
-            stats[k, tid] = acc_stats[tid]
+            pterms[part, k, tid] = mb_terms[tid]
 
-    _KERNELS[key] = (rollout, update)
-    return rollout, update
+    @cuda.jit(device=True, inline=True)
+    def element(k, e):
+        """Flat index of element ``e`` of agent k's parameters, counted tensor by tensor."""
+        t = 0
+        while t + 1 < NT and e >= OFF[t + 1]:
+            t += 1
+        return BASE[t] + k * SIZE[t] + e - OFF[t]
+
+    @cuda.jit(cache=KERNEL_CACHE)
+    def reduce(partial, grad, norms):
+        """After ``grads``: block (k, r) sums the slices' gradients of its share of agent k's
+        parameters in a fixed order into ``grad`` and their sum of squares into
+        ``norms[k, r]``."""
+        tid = cuda.threadIdx.x
+        nblocks = norms.shape[1]
+        k = cuda.blockIdx.x // nblocks
+        r = cuda.blockIdx.x % nblocks
+        red = cuda.shared.array(UT, f32)
+        per = (P + nblocks - 1) // nblocks
+        hi = min(P, (r + 1) * per)
+        nparts = partial.shape[0]
+        ss = ZERO
+        for e in range(r * per + tid, hi, UT):
+            q = element(k, e)
+            g = ZERO
+            for p in range(nparts):
+                g += partial[p, q]
+            grad[q] = g
+            ss += g * g
+        total = block_sum(red, ss, tid)
+        if tid == 0:
+            norms[k, r] = total
+
+    @cuda.jit(cache=KERNEL_CACHE)
+    def apply(params, grad, m1, m2, norms, pterms, stats, hyper, max_grad_norm, mb, j):
+        """After ``reduce``: block (k, r) clips agent k's gradient by its global norm
+        (clip_grad_norm_) and takes torch's Adam step on its share, with ``hyper`` =
+        (learning rate, Adam steps before this iteration): device scalars, so a captured graph
+        replays with the current values. Block (k, 0) adds the loss sums into ``stats[k]``."""
+        tid = cuda.threadIdx.x
+        nblocks = norms.shape[1]
+        k = cuda.blockIdx.x // nblocks
+        r = cuda.blockIdx.x % nblocks
+        ss = ZERO
+        for b in range(nblocks):  # every block adds them in the same order: one norm
+            ss += norms[k, b]
+        norm = math.sqrt(ss)
+        coef = f32(fmin(max_grad_norm / (norm + F32(1e-6)), ONE))
+        step = hyper[1] + j + 1
+        step_size = f32(hyper[0] / (1.0 - 0.9**step))
+        bc2_sqrt = f32(math.sqrt(1.0 - 0.999**step))
+        per = (P + nblocks - 1) // nblocks
+        hi = min(P, (r + 1) * per)
+        for e in range(r * per + tid, hi, UT):
+            q = element(k, e)
+            adam(params, m1, m2, q, grad[q] * coef, step_size, bc2_sqrt)
+        if r == 0 and tid < 5:
+            h = ZERO
+            for p in range(pterms.shape[0]):
+                h += pterms[p, k, tid]
+            stats[k, tid] += h * (ONE / f32(mb))
+
+    kernels = FusedKernels(rollout, prepare, grads, reduce, apply)
+    _KERNELS[key] = kernels
+    return kernels
 
 
 # ---------------------------------------------------------------------------- driver
@@ -773,7 +873,7 @@ class FusedPPO:
     """
 
     def __init__(self, algo: Any, env: Any, cfg: Any, fused_update: bool,
-                 threads: tuple[int, int] | None = None):  # fmt: skip
+                 threads: tuple[int, int] | None = None, parts: int | None = None):  # fmt: skip
         self.algo = algo
         self.env = env
         self.cfg = cfg.ppo
@@ -794,7 +894,7 @@ class FusedPPO:
         self.chunks = math.ceil(self.num_envs / self.envs_per_block)
         rt, ut = threads or (ROLLOUT_THREADS, UPDATE_THREADS)
         self.threads = (rt, ut)
-        self.rollout_kernel, self.update_kernel = build_kernels(
+        self.kernels = build_kernels(
             *self.dims, spec.activation, self.num_agents > 1, self.num_agents,
             self.envs_per_block, rt, ut,
         )  # fmt: skip
@@ -820,12 +920,27 @@ class FusedPPO:
             self.sorted = z(self.cfg.num_epochs, K, T * N)
             self.perm = torch.zeros(self.cfg.num_epochs, K, T * N, dtype=torch.int64,
                                     device=self.device)  # fmt: skip
+            self.minibatch = T * N // self.cfg.num_minibatches
+            self.parts = parts or parts_per_agent(self.minibatch, K, self.device)
+            self.partial = z(self.parts, size)  # each block's slice of a minibatch gradient
+            self.pterms = z(self.parts, K, 5)
+            # blocks per agent of the reduce and Adam kernels: about 4 elements per thread
+            self.reduce_blocks = max(1, -(-size // (K * self.threads[1] * ELEMENTS_PER_THREAD)))
+            self.norms = z(K, self.reduce_blocks)
+            # (learning rate, Adam steps so far): device scalars, so a graph replays them
+            self.hyper = torch.zeros(2, dtype=torch.float64, device=self.device)
             self.adam_steps = 0
-            self._update_args = [
-                view(self.flat), view(self.grad), view(self.m1), view(self.m2),
+            self._prepare_args = [view(buf.advantages), view(self.stats), N]
+            self._grads_args = [
+                view(self.flat), view(self.partial), view(self.pterms),
                 *(view(getattr(buf, name)) for name in (
                     "obs", "actions", "logprobs", "values", "advantages", "returns")),
-                view(self.perm), view(self.stats),
+                view(self.perm),
+            ]  # fmt: skip
+            self._reduce_args = [view(self.partial), view(self.grad), view(self.norms)]
+            self._apply_args = [
+                view(self.flat), view(self.grad), view(self.m1), view(self.m2),
+                view(self.norms), view(self.pterms), view(self.stats), view(self.hyper),
             ]  # fmt: skip
 
     def _bind_flat(self, params: list[torch.nn.Parameter]) -> torch.Tensor:
@@ -853,41 +968,70 @@ class FusedPPO:
         cfg = self.cfg
         self.rand.uniform_()
         self._launch(
-            self.rollout_kernel, self.num_agents * self.chunks, self.threads[0],
+            self.kernels.rollout, self.num_agents * self.chunks, self.threads[0],
             [*self._rollout_args, np.float32(cfg.gamma), np.float32(cfg.gae_lambda),
              int(self.env.max_episode_steps), self.num_envs, self.chunks],
         )  # fmt: skip
         self.algo.buffer.step = self.algo.buffer.num_steps
 
-    def update(self, lr: float, perm: torch.Tensor | None = None) -> tuple[int, int]:
-        """Every epoch and minibatch in the update kernel; loss sums into the algorithm's.
-        ``perm`` (epochs, agents, samples) overrides the random permutation (tests)."""
-        cfg = self.cfg
+    def begin(self, lr: float) -> None:
+        """Hand this iteration's learning rate and Adam step count to the update kernels
+        (device scalars: a captured ``launch`` replays with them)."""
+        if self.fused_update:
+            self.hyper[0].fill_(float(lr))
+            self.hyper[1].fill_(float(self.adam_steps))
+
+    def end(self, num_updates: int) -> None:
+        """Count the Adam steps that ``launch`` ran (host-side: a graph replay cannot)."""
+        if self.fused_update:
+            self.adam_steps += num_updates
+
+    def launch_update(self, perm: torch.Tensor | None = None) -> tuple[int, int]:
+        """Every epoch and minibatch step of the update, on the stream; loss sums into the
+        algorithm's. ``perm`` (epochs, agents, samples) overrides the random permutation
+        (tests). Launches only: it can be captured in a CUDA graph."""
+        cfg, K, ut = self.cfg, self.num_agents, self.threads[1]
         if perm is None:
             self.keys.uniform_()
             torch.sort(self.keys, dim=-1, out=(self.sorted, self.perm))
         else:
             self.perm.copy_(perm)
-        self._launch(
-            self.update_kernel, self.num_agents, self.threads[1],
-            [*self._update_args, float(lr), self.adam_steps, np.float32(cfg.clip_coef),
-             np.float32(cfg.ent_coef), np.float32(cfg.vf_coef), float(cfg.max_grad_norm),
-             bool(cfg.clip_value_loss), bool(cfg.normalize_advantage), self.num_envs,
-             cfg.num_epochs, cfg.num_minibatches],
-        )  # fmt: skip
+        self._launch(self.kernels.prepare, K, ut,
+                     [*self._prepare_args, bool(cfg.normalize_advantage)])  # fmt: skip
+        consts = [np.float32(cfg.clip_coef), np.float32(cfg.ent_coef), np.float32(cfg.vf_coef),
+                  bool(cfg.clip_value_loss), self.num_envs, cfg.num_minibatches]  # fmt: skip
         steps = cfg.num_epochs * cfg.num_minibatches
-        self.adam_steps += steps
+        for j in range(steps):
+            self._launch(self.kernels.grads, K * self.parts, ut, [*self._grads_args, *consts, j])
+            self._launch(self.kernels.reduce, K * self.reduce_blocks, ut, self._reduce_args)
+            apply = [*self._apply_args, float(cfg.max_grad_norm), self.minibatch, j]
+            self._launch(self.kernels.apply, K * self.reduce_blocks, ut, apply)
         torch.mean(self.stats, 0, out=self.algo._loss_sums)
         return steps, cfg.num_epochs
 
-    def iteration(self, lr: float) -> tuple[int, int]:
-        """Rollout, returns and update of one iteration; (gradient steps, epochs)."""
+    def update(self, lr: float, perm: torch.Tensor | None = None) -> tuple[int, int]:
+        """The whole update of one iteration at learning rate ``lr``: (gradient steps, epochs)."""
+        self.begin(lr)
+        num_updates, epochs = self.launch_update(perm)
+        self.end(num_updates)
+        return num_updates, epochs
+
+    def launch(self) -> tuple[int, int]:
+        """Rollout, returns and update of one iteration, launches only (capturable); call
+        ``begin`` before and ``end`` after. (gradient steps, epochs)."""
         self.rollout()
         if self.fused_update:
-            return self.update(lr)
+            return self.launch_update()
         if self.cfg.normalize_advantage:
             self.algo.normalize_advantages()
         return self.algo.update_steps()
+
+    def iteration(self, lr: float) -> tuple[int, int]:
+        """One whole iteration, eagerly; (gradient steps, epochs)."""
+        self.begin(lr)
+        num_updates, epochs = self.launch()
+        self.end(num_updates)
+        return num_updates, epochs
 
     # ----------------------------------------------------------------- checkpoints
     def to_optimizer(self) -> None:

@@ -321,6 +321,7 @@ class Trainer:
         """The fused kernels where they apply (``ppo.fused``); the choice is logged."""
         cfg = self.cfg
         self.fused: fused.FusedPPO | None = None
+        self._fused_checked = False
         if cfg.ppo.fused == "off":
             return
         reason = fused.blocker(cfg, self.env, self.policy, self.device, self.dist.enabled)
@@ -333,10 +334,8 @@ class Trainer:
         update_reason = fused.update_blocker(cfg, self.policy.spec)
         self.fused = fused.FusedPPO(self.algo, self.env, cfg, fused_update=update_reason is None)
         if update_reason is None:
-            log.info("fused PPO kernels: one rollout kernel and one update kernel per iteration")
-            if self.use_graphs:
-                log.info("CUDA graphs not needed: an iteration is a handful of launches")
-                self.use_graphs = False
+            log.info("fused PPO kernels: the rollout in one kernel, the update in %d blocks "
+                     "per agent and minibatch step", self.fused.parts)  # fmt: skip
         else:
             log.info("fused PPO kernels: rollout fused, update by torch (%s)", update_reason)
 
@@ -460,7 +459,19 @@ class Trainer:
         """One iteration from ``obs``: a graph replay once captured, else eager."""
         algo, nvtx = self.algo, self.cfg.train.nvtx
         if self.fused is not None:
-            return self._fused_iterate()
+            if self._fused_checked or self.cfg.ppo.fused == "on":
+                return self._fused_iterate()
+            try:  # auto: the first iteration compiles the kernels; if that fails, stay correct
+                out = self._fused_iterate()
+            except Exception as exc:  # Numba raises many kinds when a compile fails
+                first = (str(exc).splitlines() or [""])[0][:200]
+                log.warning("fused PPO kernels failed on their first iteration (%s: %s); the "
+                            "general path takes over (ppo.fused=off skips the attempt)",
+                            type(exc).__name__, first)  # fmt: skip
+                self.fused = None
+            else:
+                self._fused_checked = True
+                return out
         if self._graph is not None:
             lr = algo.set_learning_rate()
             with nvtx_range("iteration (CUDA graph replay)", nvtx):
@@ -497,20 +508,22 @@ class Trainer:
         return self.env.step(actions)
 
     def _fused_iterate(self) -> tuple[torch.Tensor, dict[str, float]]:
-        """One iteration of the fused kernels (a graph replay when the update is torch's)."""
+        """One iteration of the fused kernels (a graph replay with ``--cuda-graphs``)."""
         algo, nvtx = self.algo, self.cfg.train.nvtx
         fused_ppo: fused.FusedPPO = self.fused  # type: ignore[assignment]  # set by the caller
         lr = algo.set_learning_rate()
         with nvtx_range("fused iteration", nvtx):
             if self._graph is not None:
+                fused_ppo.begin(lr)
                 _, num_updates, epochs = self._graph.replay()
+                fused_ppo.end(num_updates)
             elif self.use_graphs:  # warm up on a side stream, then capture (torch docs)
                 side = torch.cuda.Stream(self.device)
                 side.wait_stream(torch.cuda.current_stream(self.device))
                 with torch.cuda.stream(side):
                     num_updates, epochs = fused_ppo.iteration(lr)
                 torch.cuda.current_stream(self.device).wait_stream(side)
-                graph = GraphedCall(lambda: fused_ppo.iteration(lr))
+                graph = GraphedCall(fused_ppo.launch)
                 try:
                     graph.capture()
                 except Exception as exc:  # stay correct: an eager run is slower, not wrong
@@ -518,7 +531,7 @@ class Trainer:
                     self.use_graphs = False
                 else:
                     self._graph = graph
-                    log.info("captured the fused rollout and torch's update in a CUDA graph")
+                    log.info("captured the fused iteration in a CUDA graph")
             else:
                 num_updates, epochs = fused_ppo.iteration(lr)
         return self.env._observe(self.env.state), algo.finish_update(num_updates, epochs, lr)

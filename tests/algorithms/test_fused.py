@@ -218,17 +218,20 @@ def _agent_tensors(policy, num_agents, k):
 
 
 @pytest.mark.parametrize(
-    "num_agents,hidden,activation,clip_value_loss",
-    [(1, (8, 6), "tanh", True), (2, (6, 8), "relu", False)],
+    "num_agents,hidden,activation,clip_value_loss,parts",
+    [(1, (8, 6), "tanh", True, 3), (2, (6, 8), "relu", False, 1), (2, (8, 6), "tanh", True, 2)],
 )
-def test_update_kernel_matches_ppo_minibatch_steps_and_adam(rng, num_agents, hidden,
-                                                            activation, clip_value_loss):  # fmt: skip
+def test_update_kernel_matches_ppo_minibatch_steps_and_adam(rng, num_agents, hidden, activation,
+                                                            clip_value_loss, parts):  # fmt: skip
+    """A minibatch of 12 samples: in one block (chunks of 8 and 4), or split over 2 or 3
+    blocks per agent whose partial gradients the apply kernel sums."""
     steps, envs = 6, 4
     cfg, env, policy, buf, algo = _setup(
         rng, num_agents, envs, steps, hidden, activation, minibatches=2, num_epochs=2,
         ent_coef=0.05, clip_value_loss=clip_value_loss, clip_coef=0.2, max_grad_norm=0.5,
     )  # fmt: skip
-    run = fused.FusedPPO(algo, env, cfg, fused_update=True, threads=THREADS)
+    run = fused.FusedPPO(algo, env, cfg, fused_update=True, threads=THREADS, parts=parts)
+    assert run.parts == parts
     kn = num_agents * envs
     g = torch.Generator().manual_seed(int(rng.integers(2**31)))
     obs = torch.randn(steps, kn, 4, generator=g)

@@ -31,14 +31,18 @@ SCRIPT = textwrap.dedent(
     i1, d1, b1, b2 = arr(T.int64, 1), arr(T.float64, 1), arr(T.boolean, 1), arr(T.boolean, 2)
     rollout_sig = (f1, f2, i1, d1, i1, d1, i1, b1, f3, f3, arr(T.int64, 2), f2, f2, f2, b2, b2,
                    f2, f2, f2, f2, T.float32, T.float32, T.int64, T.int64, T.int64)
-    update_sig = (f1, f1, f1, f1, f3, arr(T.int64, 2), f2, f2, f2, f2, arr(T.int64, 3), f2,
-                  T.float64, T.int64, T.float32, T.float32, T.float32, T.float64, T.boolean,
-                  T.boolean, T.int64, T.int64, T.int64)
+    i2, i3 = arr(T.int64, 2), arr(T.int64, 3)
+    prepare_sig = (f2, f2, T.int64, T.boolean)
+    grads_sig = (f1, f2, f3, f3, i2, f2, f2, f2, f2, i3, T.float32, T.float32, T.float32,
+                 T.boolean, T.int64, T.int64, T.int64)
+    reduce_sig = (f2, f1, f2)
+    apply_sig = (f1, f1, f1, f1, f2, f3, f2, d1, T.float64, T.int64, T.int64)
     cc = Device.compute_capability
     for in_major, agents in ((False, 1), (True, 512)):
         kernels = fused.build_kernels(4, 64, 64, 2, "tanh", in_major, agents, 8,
                                       fused.ROLLOUT_THREADS, fused.UPDATE_THREADS)
-        for kernel, sig in zip(kernels, (rollout_sig, update_sig)):
+        sigs = (rollout_sig, prepare_sig, grads_sig, reduce_sig, apply_sig)
+        for kernel, sig in zip(kernels, sigs, strict=True):
             ptx, _ = cuda.compile_ptx(kernel.py_func, sig, cc=cc)
             shared = sum(int(n) for n in re.findall(r"\\.shared \\.align \\d+ \\.b8 \\w+\\[(\\d+)\\]", ptx))
             print(kernel.py_func.__name__, shared)
@@ -62,7 +66,8 @@ def test_fused_kernels_compile_for_cuda_within_static_shared_memory(cc):
                           text=True, timeout=600)  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     sizes = [
-        line.split() for line in proc.stdout.splitlines() if line.startswith(("rollout", "update"))
-    ]
-    assert len(sizes) == 4
+        line.split() for line in proc.stdout.splitlines()
+        if line.startswith(("rollout", "prepare", "grads", "reduce", "apply"))
+    ]  # fmt: skip
+    assert len(sizes) == 10
     assert all(int(n) <= 48 * 1024 for _, n in sizes), sizes  # static shared memory limit

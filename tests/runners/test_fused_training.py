@@ -46,7 +46,7 @@ def test_fused_run_trains_logs_and_says_which_path(tmp_path, small_threads, capl
     with caplog.at_level("INFO"):
         summary = train(_cfg(), tmp_path / "run", progress=False)
     assert summary["fused"] == "rollout+update"
-    assert "fused PPO kernels: one rollout kernel and one update kernel" in caplog.text
+    assert "fused PPO kernels: the rollout in one kernel, the update in" in caplog.text
     records = read_metrics(tmp_path / "run" / "metrics.jsonl")
     assert [r["global_step"] for r in records] == [16, 32, 48, 64]
     for r in records:
@@ -101,3 +101,25 @@ def test_big_minibatches_keep_torchs_update(tmp_path, small_threads, monkeypatch
     summary = train(_cfg(**{"train.total_steps": 32}), tmp_path / "run", progress=False)
     assert summary["fused"] == "rollout"
     assert trainer_mod  # the module under test
+
+
+def test_auto_falls_back_to_the_general_path_when_the_kernels_fail(tmp_path, monkeypatch,
+                                                                   caplog):  # fmt: skip
+    """ppo.fused=auto (the default) on a machine whose Numba cannot compile (no libNVVM, a
+    numpy it does not support): the first iteration's failure is logged and the run goes on,
+    correct, on the general path; ppo.fused=on lets the error through."""
+
+    def broken(self):
+        raise RuntimeError("libNVVM cannot be found\nmore detail")
+
+    monkeypatch.setattr(fused, "blocker", lambda *a: None)  # a CPU learner passes as CUDA
+    monkeypatch.setattr(fused.FusedPPO, "rollout", broken)
+    with caplog.at_level("WARNING"):
+        summary = train(_cfg(**{"ppo.fused": "auto"}), tmp_path / "auto", progress=False)
+    assert summary["fused"] is None
+    assert "fused PPO kernels failed on their first iteration (RuntimeError: libNVVM" in caplog.text
+    records = read_metrics(tmp_path / "auto" / "metrics.jsonl")
+    assert [r["global_step"] for r in records] == [16, 32, 48, 64]
+    assert all(math.isfinite(r["losses/policy"]) for r in records)
+    with pytest.raises(RuntimeError, match="libNVVM"):
+        train(_cfg(**{"ppo.fused": "on"}), tmp_path / "on", progress=False)
