@@ -33,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from bench_train_gpu import PUREJAXRL_PPO  # noqa: E402
 
 from orin_rl import config as config_mod  # noqa: E402
+from orin_rl.algorithms import fused  # noqa: E402
 from orin_rl.config import Config  # noqa: E402
 from orin_rl.runners.trainer import Trainer  # noqa: E402
 
@@ -157,7 +158,12 @@ def main() -> None:
     parser.add_argument("--name", default="profile_h200")
     parser.add_argument("--paths", default="general,fused",
                         help="general: the torch path eager and in a graph; fused: the kernels")  # fmt: skip
+    parser.add_argument("--max-fused-minibatch", type=int, default=None,
+                        help="fused: take the update kernels up to this many samples per agent "
+                             f"(default {fused.MAX_FUSED_MINIBATCH})")  # fmt: skip
     args = parser.parse_args()
+    if args.max_fused_minibatch:
+        fused.MAX_FUSED_MINIBATCH = args.max_fused_minibatch
     if not torch.cuda.is_available():
         sys.exit("profile_train.py: needs a CUDA GPU")
     rows = {}
