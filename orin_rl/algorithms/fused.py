@@ -1,11 +1,11 @@
-"""Fused PPO: a whole rollout in one Numba CUDA kernel and, for small batches, the whole update
-in another, instead of the thousands of small torch kernels of the general path.
+"""Fused PPO: a whole rollout in one Numba CUDA kernel and, for small minibatches, each
+minibatch step of the update in three, instead of the thousands of small torch kernels of the
+general path.
 
 Measured on the H200 (docs/benchmarks/profile_h200.md), one 4-env iteration of the general path
 is 12,672 GPU ops in the rollout (~99 per env step) and 2,703 in the update (~170 per minibatch
-step), 1-2 µs of device time each; its CUDA graph replays them in 28.1 ms. The fused
-iteration takes 12.1 ms (profile_fused_h200.md), most of it in the update kernel. See
-docs/fused.md for the measurements and why ``ppo.fused`` is off by default (compile time).
+step), 1-2 µs of device time each; its CUDA graph replays them in 28.1 ms. The fused iteration
+is 66 GPU ops and takes 2.19 ms (profile_fused_h200.md); docs/fused.md has the measurements.
 
 - ``rollout`` kernel: grid = agents x env chunks, a block runs its envs for all ``num_steps``:
   the actor and critic forward passes (the agent's weights copied into shared memory), the
@@ -13,14 +13,17 @@ docs/fused.md for the measurements and why ``ppo.fused`` is off by default (comp
   buffer field, the value of the true final observation where an episode was truncated, and
   GAE at the end. The uniform draws come from one ``torch.rand`` per iteration (torch's CUDA
   generator, saved in checkpoints), so a resumed run draws what it would have.
-- ``update`` kernel: grid = agents, a block runs every epoch and minibatch of its agent:
-  advantage normalisation, the minibatch gather (the permutation is one torch sort of uniform
-  keys per iteration), forward, the PPO loss's gradient by hand (clipped surrogate, clipped
-  value loss, entropy), backward, the global grad-norm clip and Adam with torch's formula. The
-  two W2 matrices stay in shared memory and their gradients in registers; the minibatch goes
-  through in chunks of ``CHUNK`` samples. One block per agent cannot beat cuBLAS on big
-  minibatches, so it is used only up to ``MAX_FUSED_MINIBATCH`` samples per agent; above that
-  the fused rollout feeds torch's update.
+- update: ``prepare`` (grid = agents) normalises the advantages; then per minibatch step
+  ``grads`` (grid = agents x parts: each block takes a slice of the agent's minibatch, gathers
+  it through the permutation, one torch sort of uniform keys per iteration, and runs
+  forward, the PPO loss's gradient by hand (clipped surrogate, clipped value loss, entropy)
+  and backward into a partial gradient; the two W2 matrices in shared memory, their
+  gradients in registers, chunks of ``CHUNK`` samples), ``reduce`` (the parts summed in a
+  fixed order, and the squared norm) and ``apply`` (the global grad-norm clip and Adam with
+  torch's formula). The learning rate and the Adam step count are device scalars, so the
+  whole iteration can be captured in one CUDA graph. A block per 8 samples cannot beat cuBLAS
+  on big minibatches, so the update kernels are used only up to ``MAX_FUSED_MINIBATCH``
+  samples per agent; above that the fused rollout feeds torch's update.
 
 Scope (``blocker`` names what is missing, and the trainer logs it and runs the general path):
 CartPole-v1 on the GPU-native backend (float32), a categorical policy with two hidden layers
@@ -51,7 +54,7 @@ from orin_rl.buffers import ops
 log = logging.getLogger(__name__)
 
 MAX_FUSED_MINIBATCH = 2048
-"""Largest per-agent minibatch the update kernel takes (one thread block per agent)."""
+"""Largest per-agent minibatch the update kernels take (above it, torch's GEMMs)."""
 ROLLOUT_THREADS = 128
 UPDATE_THREADS = 256  # a power of two (tree reductions), at least 2 x the widest hidden layer
 ENVS_PER_BLOCK = 8
@@ -59,9 +62,10 @@ CHUNK = 8  # minibatch samples the update kernel holds in shared memory at a tim
 BLOCKS_PER_SM = 2  # the update splits a small minibatch over blocks until these fill the GPU
 ELEMENTS_PER_THREAD = 4  # parameters per thread in the gradient-sum and Adam kernels
 GRADS_MAX_REGISTERS: int | None = 128
-"""Register cap of the gradient kernel: 168 registers a thread left room for one 256-thread
-block per SM; at 128 two fit (H200, 512 agents: 25.4 -> 19.9 ms an iteration). Numba's cache
-key leaves compile options out: change it here (the source), not at run time."""
+"""Register cap of the gradient kernel. Uncapped it took 168 registers a thread, room for one
+256-thread block per SM; at 128 two fit (H200, 512 agents, an exploratory sweep this change's
+note reports: 25.4 -> 19.9 ms an iteration). Numba's cache key leaves compile options out:
+change it here (the source, whose change drops the cache), not at run time."""
 SHARED_FLOATS = 12_288  # 48 KiB: static shared memory per block
 UNIFORMS_PER_STEP = 5  # one for the action, four for a reset state
 KERNEL_CACHE = os.environ.get("ORIN_RL_KERNEL_CACHE", "1") != "0"
@@ -147,7 +151,7 @@ def update_blocker(cfg: Any, spec: Any) -> str | None:
     if minibatch > MAX_FUSED_MINIBATCH:
         return (
             f"a minibatch of {minibatch} samples per agent (> {MAX_FUSED_MINIBATCH}): torch's "
-            "matmuls beat one thread block per agent"
+            "matmuls beat the update kernels there"
         )
     dims = _dims(spec)
     if 2 * max(dims[1], dims[2]) > UPDATE_THREADS:
