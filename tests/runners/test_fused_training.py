@@ -4,7 +4,10 @@ when demanded where it cannot run. On a CPU box the kernels run in Numba's CUDA 
 from __future__ import annotations
 
 import math
+import os
 import signal
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -123,3 +126,42 @@ def test_auto_falls_back_to_the_general_path_when_the_kernels_fail(tmp_path, mon
     assert all(math.isfinite(r["losses/policy"]) for r in records)
     with pytest.raises(RuntimeError, match="libNVVM"):
         train(_cfg(**{"ppo.fused": "on"}), tmp_path / "on", progress=False)
+
+
+CACHED_RUN = """
+import sys
+from pathlib import Path
+from orin_rl import config as config_mod
+from orin_rl.config import Config
+from orin_rl.runners.trainer import train
+cfg = Config()
+for key, value in {values!r}.items():
+    config_mod.set_value(cfg, key, value)
+summary = train(cfg, Path(sys.argv[1]), progress=False)
+assert summary["fused"] == "rollout+update", summary
+"""
+
+
+@pytest.mark.gpu
+def test_a_second_process_loads_the_kernels_from_the_disk_cache(tmp_path):
+    """The first run compiles the five kernels and saves them; a second process finds them
+    all: it compiles nothing, so it writes nothing into the cache."""
+    cache = tmp_path / "cache"
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(cache), "NUMBA_ENABLE_CUDASIM": "0",
+           "ORIN_RL_KERNEL_CACHE": "1"}  # fmt: skip
+    values = {"env.env_id": "CartPole-v1", "env.backend": "gpu", "env.num_envs": 4,
+              "ppo.num_steps": 16, "ppo.fused": "on", "train.device": "cuda",
+              "train.total_steps": 128, "train.eval_every": 0, "train.eval_episodes": 1,
+              "train.tensorboard": False}  # fmt: skip
+    script = CACHED_RUN.format(values=values)
+
+    def run(name):
+        subprocess.run([sys.executable, "-c", script, str(tmp_path / name)], env=env,
+                       check=True, timeout=600)  # fmt: skip
+        return {p: p.stat().st_mtime_ns for p in cache.rglob("*") if p.is_file()}
+
+    first = run("a")
+    indexes = [p.name for p in first if p.suffix == ".nbi"]
+    for kernel in ("rollout", "prepare", "grads", "reduce", "apply"):
+        assert any(f".{kernel}-" in name for name in indexes), (kernel, indexes)
+    assert run("b") == first
