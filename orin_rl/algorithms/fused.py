@@ -820,7 +820,9 @@ def build_kernels(obs_dim: int, h1: int, h2: int, num_actions: int, activation: 
         r = cuda.blockIdx.x % nblocks
         red = cuda.shared.array(UT, f32)
         per = (P + nblocks - 1) // nblocks
-        hi = min(P, (r + 1) * per)
+        hi = (r + 1) * per
+        if hi > P:
+            hi = P
         nparts = partial.shape[0]
         ss = ZERO
         for e in range(r * per + tid, hi, UT):
@@ -853,7 +855,9 @@ def build_kernels(obs_dim: int, h1: int, h2: int, num_actions: int, activation: 
         step_size = f32(hyper[0] / (1.0 - 0.9**step))
         bc2_sqrt = f32(math.sqrt(1.0 - 0.999**step))
         per = (P + nblocks - 1) // nblocks
-        hi = min(P, (r + 1) * per)
+        hi = (r + 1) * per
+        if hi > P:
+            hi = P
         for e in range(r * per + tid, hi, UT):
             q = element(k, e)
             adam(params, m1, m2, q, grad[q] * coef, step_size, bc2_sqrt)
