@@ -212,10 +212,12 @@ def shared_floats(obs_dim: int, h1: int, h2: int, num_actions: int, envs_per_blo
 
 def build_kernels(obs_dim: int, h1: int, h2: int, num_actions: int, activation: str,
                   in_major: bool, num_agents: int, envs_per_block: int, rollout_threads: int,
-                  update_threads: int) -> FusedKernels:  # fmt: skip
-    """Compile (once per shape) the rollout and update kernels; sizes are compile-time."""
+                  update_threads: int, cache: bool | None = None) -> FusedKernels:  # fmt: skip
+    """Compile (once per shape) the rollout and update kernels; sizes are compile-time.
+    ``cache``: keep them in Numba's disk cache (default ``KERNEL_CACHE``)."""
+    use_cache = KERNEL_CACHE if cache is None else cache
     key = (obs_dim, h1, h2, num_actions, activation, in_major, num_agents, envs_per_block,
-           rollout_threads, update_threads, GRADS_MAX_REGISTERS)  # fmt: skip
+           rollout_threads, update_threads, GRADS_MAX_REGISTERS, use_cache)  # fmt: skip
     if key in _KERNELS:
         return _KERNELS[key]
 
@@ -348,7 +350,7 @@ def build_kernels(obs_dim: int, h1: int, h2: int, num_actions: int, activation: 
             outs[e, o] = acc
         cuda.syncthreads()
 
-    @cuda.jit(cache=KERNEL_CACHE)
+    @cuda.jit(cache=use_cache)
     def rollout(params, state, elapsed, ep_ret, ep_len, last_ret, last_len, finished, rand,
                 obs_b, actions_b, logp_b, values_b, rewards_b, term_b, end_b, boot_b, next_b,
                 adv_b, ret_b, gamma, lam, max_steps, n_envs, chunks):  # fmt: skip
@@ -505,7 +507,7 @@ def build_kernels(obs_dim: int, h1: int, h2: int, num_actions: int, activation: 
         params[q] = p
         return p
 
-    @cuda.jit(cache=KERNEL_CACHE)
+    @cuda.jit(cache=use_cache)
     def prepare(adv_b, stats, n_envs, norm_adv):
         """Block k: zero agent k's loss sums and normalise its advantages in place
         (ops.normalize_: unbiased std, eps 1e-8; two passes, the mean and then the spread)."""
@@ -531,7 +533,7 @@ def build_kernels(obs_dim: int, h1: int, h2: int, num_actions: int, activation: 
                 g = k * n_envs + idx % n_envs
                 adv_b[t, g] = (adv_b[t, g] - mean32) / (std + F32(1e-8))
 
-    @cuda.jit(cache=KERNEL_CACHE, **limits)
+    @cuda.jit(cache=use_cache, **limits)
     def grads(params, partial, pterms, obs_b, actions_b, logp_b, values_b, adv_b, ret_b, perm,
               clip, ent_coef, vf_coef, clip_vloss, n_envs, num_mb, j):  # fmt: skip
         """Minibatch step ``j`` (epoch j // num_mb, minibatch j % num_mb), split over
@@ -809,7 +811,7 @@ def build_kernels(obs_dim: int, h1: int, h2: int, num_actions: int, activation: 
             t += 1
         return BASE[t] + k * SIZE[t] + e - OFF[t]
 
-    @cuda.jit(cache=KERNEL_CACHE)
+    @cuda.jit(cache=use_cache)
     def reduce(partial, grad, norms):
         """After ``grads``: block (k, r) sums the slices' gradients of its share of agent k's
         parameters in a fixed order into ``grad`` and their sum of squares into
@@ -836,7 +838,7 @@ def build_kernels(obs_dim: int, h1: int, h2: int, num_actions: int, activation: 
         if tid == 0:
             norms[k, r] = total
 
-    @cuda.jit(cache=KERNEL_CACHE)
+    @cuda.jit(cache=use_cache)
     def apply(params, grad, m1, m2, norms, pterms, stats, hyper, max_grad_norm, mb, j):
         """After ``reduce``: block (k, r) clips agent k's gradient by its global norm
         (clip_grad_norm_) and takes torch's Adam step on its share, with ``hyper`` =
@@ -902,10 +904,17 @@ class FusedPPO:
         self.chunks = math.ceil(self.num_envs / self.envs_per_block)
         rt, ut = threads or (ROLLOUT_THREADS, UPDATE_THREADS)
         self.threads = (rt, ut)
-        self.kernels = build_kernels(
-            *self.dims, spec.activation, self.num_agents > 1, self.num_agents,
-            self.envs_per_block, rt, ut,
-        )  # fmt: skip
+        shape = (*self.dims, spec.activation, self.num_agents > 1, self.num_agents,
+                 self.envs_per_block, rt, ut)  # fmt: skip
+        try:
+            self.kernels = build_kernels(*shape)
+        except RuntimeError as exc:  # Numba finds no writable cache folder (read-only install)
+            if "cannot cache" not in str(exc):
+                raise
+            log.warning("the fused kernels cannot be cached here (%s): they compile in every "
+                        "process; set NUMBA_CACHE_DIR to a writable folder to keep them",
+                        exc)  # fmt: skip
+            self.kernels = build_kernels(*shape, cache=False)
         buf = algo.buffer
         T, K, N = buf.num_steps, self.num_agents, self.num_envs
         self.rand = torch.zeros(T, K * N, UNIFORMS_PER_STEP, device=self.device)

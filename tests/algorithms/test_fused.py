@@ -317,3 +317,26 @@ def test_blocker_names_what_is_missing():
     assert "131072 samples per agent" in fused.update_blocker(cfg, spec)
     cfg.env.num_envs = 4
     assert fused.update_blocker(cfg, spec) is None
+
+
+def test_kernels_compile_uncached_where_numba_cannot_cache(rng, monkeypatch, caplog):
+    """A read-only install with no writable cache folder: Numba refuses cache=True when the
+    kernels are defined; they are built without the cache, and the log says how to keep them."""
+    real = fused.build_kernels
+    asked = []
+
+    def no_locator(*args, cache=None):
+        asked.append(cache)
+        if cache is not False:
+            raise RuntimeError("cannot cache function 'rollout': no locator available for file")
+        return real(*args, cache=cache)
+
+    monkeypatch.setattr(fused, "build_kernels", no_locator)
+    cfg, env, _, _, algo = _setup(rng, 1, 2, 4, (8, 6))
+    with caplog.at_level("WARNING"):
+        run = fused.FusedPPO(algo, env, cfg, fused_update=True, threads=THREADS)
+    assert asked == [None, False] and run.kernels.grads is not None
+    assert "set NUMBA_CACHE_DIR to a writable folder" in caplog.text
+    monkeypatch.setattr(fused, "build_kernels", lambda *a, cache=None: 1 / 0)
+    with pytest.raises(ZeroDivisionError):  # any other failure is not swallowed
+        fused.FusedPPO(algo, env, cfg, fused_update=True, threads=THREADS)
