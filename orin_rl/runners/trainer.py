@@ -461,13 +461,18 @@ class Trainer:
         if self.fused is not None:
             if self._fused_checked or self.cfg.ppo.fused == "on":
                 return self._fused_iterate()
-            try:  # auto: the first iteration compiles the kernels; if that fails, stay correct
+            # auto: the first iteration compiles the kernels, one by one as they first launch.
+            # If one fails, undo what the kernels before it did (the env, the rollout buffer,
+            # the draws, the weights) and go on as if the run had started on the general path.
+            before = self._fused_snapshot()
+            try:
                 out = self._fused_iterate()
             except Exception as exc:  # Numba raises many kinds when a compile fails
                 first = (str(exc).splitlines() or [""])[0][:200]
                 log.warning("fused PPO kernels failed on their first iteration (%s: %s); the "
                             "general path takes over (ppo.fused=off skips the attempt)",
                             type(exc).__name__, first)  # fmt: skip
+                self._fused_restore(before)
                 self.fused = None
             else:
                 self._fused_checked = True
@@ -506,6 +511,24 @@ class Trainer:
             if nxt < buffer.num_steps:
                 return self.env.step(actions, obs_out=buffer.obs_slot(nxt))
         return self.env.step(actions)
+
+    def _fused_snapshot(self) -> dict[str, Any]:
+        """What a fused iteration changes before its update ends: see ``_fused_restore``."""
+        cuda = self.device.type == "cuda"
+        return {
+            "env": self.env.get_state(),
+            "rng": torch.cuda.get_rng_state(self.device) if cuda else torch.get_rng_state(),
+            "flat": self.fused.flat.clone(),  # type: ignore[union-attr]  # fused is set
+        }
+
+    def _fused_restore(self, before: dict[str, Any]) -> None:
+        self.env.set_state(before["env"])
+        if self.device.type == "cuda":
+            torch.cuda.set_rng_state(before["rng"], self.device)
+        else:
+            torch.set_rng_state(before["rng"])
+        self.fused.flat.copy_(before["flat"])  # type: ignore[union-attr]  # fused is set
+        self.algo.buffer.clear()
 
     def _fused_iterate(self) -> tuple[torch.Tensor, dict[str, float]]:
         """One iteration of the fused kernels (a graph replay with ``--cuda-graphs``)."""

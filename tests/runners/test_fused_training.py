@@ -106,24 +106,41 @@ def test_big_minibatches_keep_torchs_update(tmp_path, small_threads, monkeypatch
     assert trainer_mod  # the module under test
 
 
+@pytest.mark.parametrize("broken", ["rollout", "launch_update", "after_the_update"])
 def test_auto_falls_back_to_the_general_path_when_the_kernels_fail(tmp_path, monkeypatch,
-                                                                   caplog):  # fmt: skip
+                                                                   caplog, broken):  # fmt: skip
     """ppo.fused=auto (the default) on a machine whose Numba cannot compile (no libNVVM, a
-    numpy it does not support): the first iteration's failure is logged and the run goes on,
-    correct, on the general path; ppo.fused=on lets the error through."""
+    numpy it does not support): the first iteration's failure is logged and the run goes on
+    on the general path, exactly as a ppo.fused=off run does, even when the failure comes
+    after the rollout kernel ran (envs stepped, buffer filled, draws taken) or after the
+    update's Adam steps (weights changed); ppo.fused=on lets the error through."""
+    keys = ("global_step", "losses/policy", "losses/value", "losses/approx_kl")
+    off = train(_cfg(**{"ppo.fused": "off"}), tmp_path / "off", progress=False)
+    assert off["fused"] is None
+    want = [{k: r[k] for k in keys} for r in read_metrics(tmp_path / "off" / "metrics.jsonl")]
 
-    def broken(self):
+    def fail(self, *args, **kwargs):
         raise RuntimeError("libNVVM cannot be found\nmore detail")
 
+    real_update = fused.FusedPPO.launch_update
+
+    def update_then_fail(self, *args, **kwargs):
+        real_update(self, *args, **kwargs)
+        fail(self)
+
+    if broken == "launch_update":  # the real rollout kernel runs first
+        monkeypatch.setattr(fused.FusedPPO, "launch_update", fail)
+    elif broken == "after_the_update":
+        monkeypatch.setattr(fused.FusedPPO, "launch_update", update_then_fail)
+    else:
+        monkeypatch.setattr(fused.FusedPPO, "rollout", fail)
     monkeypatch.setattr(fused, "blocker", lambda *a: None)  # a CPU learner passes as CUDA
-    monkeypatch.setattr(fused.FusedPPO, "rollout", broken)
     with caplog.at_level("WARNING"):
         summary = train(_cfg(**{"ppo.fused": "auto"}), tmp_path / "auto", progress=False)
     assert summary["fused"] is None
     assert "fused PPO kernels failed on their first iteration (RuntimeError: libNVVM" in caplog.text
-    records = read_metrics(tmp_path / "auto" / "metrics.jsonl")
-    assert [r["global_step"] for r in records] == [16, 32, 48, 64]
-    assert all(math.isfinite(r["losses/policy"]) for r in records)
+    got = [{k: r[k] for k in keys} for r in read_metrics(tmp_path / "auto" / "metrics.jsonl")]
+    assert got == want and [r["global_step"] for r in got] == [16, 32, 48, 64]
     with pytest.raises(RuntimeError, match="libNVVM"):
         train(_cfg(**{"ppo.fused": "on"}), tmp_path / "on", progress=False)
 
