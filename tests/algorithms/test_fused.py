@@ -174,7 +174,7 @@ def test_rollout_kernel_advances_the_env_and_its_episode_stats(rng):
     assert env.pop_episode_stats() == ([], [])  # popped once
 
 
-def _reference_update(policy, buf, cfg, num_agents, perm, lr):
+def _reference_update(policy, buf, cfg, num_agents, perm, lr, steps_before=0):
     """PPO._minibatch_step and torch's Adam, float64, one agent at a time, on the same
     permutation; returns (the agents' parameters, their last minibatch's raw gradients,
     the mean loss terms)."""
@@ -186,6 +186,11 @@ def _reference_update(policy, buf, cfg, num_agents, perm, lr):
         ref_buf = RolloutBuffer(t, n, (4,), (), torch.int64, "cpu", "host", cfg.num_minibatches)
         algo = PPO(agent, ref_buf, cfg, 10, torch.device("cpu"))
         algo.optimizer.param_groups[0]["lr"] = lr
+        if steps_before:  # an optimizer that took steps (its moments zero): bias corrections
+            for p in agent.parameters():
+                algo.optimizer.state[p] = {"step": torch.tensor(float(steps_before)),
+                                           "exp_avg": torch.zeros_like(p),
+                                           "exp_avg_sq": torch.zeros_like(p)}  # fmt: skip
         cols = slice(k * n, (k + 1) * n)
         data = {name: getattr(buf, name)[:, cols].cpu().reshape(t * n, *getattr(buf, name).shape[2:])
                 for name in ("obs", "actions", "logprobs", "values", "advantages", "returns")}  # fmt: skip
@@ -218,13 +223,19 @@ def _agent_tensors(policy, num_agents, k):
 
 
 @pytest.mark.parametrize(
-    "num_agents,hidden,activation,clip_value_loss,parts",
-    [(1, (8, 6), "tanh", True, 3), (2, (6, 8), "relu", False, 1), (2, (8, 6), "tanh", True, 2)],
+    "num_agents,hidden,activation,clip_value_loss,parts,steps_before",
+    [
+        (1, (8, 6), "tanh", True, 3, 0),
+        (2, (6, 8), "relu", False, 1, 0),
+        (2, (8, 6), "tanh", True, 2, 7),
+    ],
 )
 def test_update_kernel_matches_ppo_minibatch_steps_and_adam(rng, num_agents, hidden, activation,
-                                                            clip_value_loss, parts):  # fmt: skip
+                                                            clip_value_loss, parts,
+                                                            steps_before):  # fmt: skip
     """A minibatch of 12 samples: in one block (chunks of 8 and 4), or split over 2 or 3
-    blocks per agent whose partial gradients the apply kernel sums."""
+    blocks per agent whose partial gradients the apply kernel sums; Adam's bias corrections
+    from step 1, or after 7 earlier steps (the step count the kernels read from the device)."""
     steps, envs = 6, 4
     cfg, env, policy, buf, algo = _setup(
         rng, num_agents, envs, steps, hidden, activation, minibatches=2, num_epochs=2,
@@ -253,12 +264,13 @@ def test_update_kernel_matches_ppo_minibatch_steps_and_adam(rng, num_agents, hid
     ref_buf_fields = {n: getattr(buf, n).clone() for n in ("obs", "actions", "logprobs", "values",
                                                              "advantages", "returns")}  # fmt: skip
     lr = 0.01
+    run.adam_steps = steps_before
     num_updates, epochs = run.update(lr, perm=perm)
     assert (num_updates, epochs) == (4, 2)
     for name, value in ref_buf_fields.items():
         getattr(buf, name).copy_(value)  # the kernel normalised the advantages in place
     ref_params, ref_grads, ref_sums = _reference_update(ref_policy, buf, cfg.ppo, num_agents,
-                                                        perm, lr)  # fmt: skip
+                                                        perm, lr, steps_before)  # fmt: skip
     assert (ref_sums[4] > 0) and (ref_sums[4] < 4)  # some samples clipped, not all
     grad = run.grad.cpu().double()
     for k in range(num_agents):
