@@ -514,19 +514,15 @@ class Trainer:
 
     def _fused_snapshot(self) -> dict[str, Any]:
         """What a fused iteration changes before its update ends: see ``_fused_restore``."""
-        cuda = self.device.type == "cuda"
         return {
             "env": self.env.get_state(),
-            "rng": torch.cuda.get_rng_state(self.device) if cuda else torch.get_rng_state(),
+            "rng": self._rng_state(),
             "flat": self.fused.flat.clone(),  # type: ignore[union-attr]  # fused is set
         }
 
     def _fused_restore(self, before: dict[str, Any]) -> None:
         self.env.set_state(before["env"])
-        if self.device.type == "cuda":
-            torch.cuda.set_rng_state(before["rng"], self.device)
-        else:
-            torch.set_rng_state(before["rng"])
+        self._set_rng_state(before["rng"])
         self.fused.flat.copy_(before["flat"])  # type: ignore[union-attr]  # fused is set
         self.algo.buffer.clear()
 
@@ -798,7 +794,7 @@ class Trainer:
             "global_step": self.global_step,
             "time_s": elapsed,
             "solved_at": self.solved_at,
-            "rng": {"torch": torch.get_rng_state(), **self._cuda_rng()},
+            "rng": self._rng_state(),
             # Exact resume: the environments, the next observation and the stats window.
             "env_state": self.env.get_state() if hasattr(self.env, "get_state") else None,
             "obs": self._obs.cpu() if self._obs is not None else None,
@@ -820,10 +816,17 @@ class Trainer:
         """What a subclass adds to checkpoint.pt (plain values)."""
         return {}
 
-    def _cuda_rng(self) -> dict[str, torch.Tensor]:
-        if self.device.type != "cuda":
-            return {}
-        return {"cuda": torch.cuda.get_rng_state(self.device)}
+    def _rng_state(self) -> dict[str, torch.Tensor]:
+        """torch's CPU generator and, on a CUDA learner, the device's (checkpoints, retries)."""
+        state = {"torch": torch.get_rng_state()}
+        if self.device.type == "cuda":
+            state["cuda"] = torch.cuda.get_rng_state(self.device)
+        return state
+
+    def _set_rng_state(self, state: dict[str, torch.Tensor]) -> None:
+        torch.set_rng_state(state["torch"])
+        if "cuda" in state and self.device.type == "cuda":
+            torch.cuda.set_rng_state(state["cuda"], self.device)
 
     def _restore(self, state: dict[str, Any]) -> None:
         self.algo.load_state_dict(state["algo"])
@@ -834,7 +837,6 @@ class Trainer:
         self.solved_at = state.get("solved_at")
         if self.is_main:
             self._trim_metrics(self.algo.iteration)
-        torch.set_rng_state(state["rng"]["torch"])
         self.solved_streak = int(state.get("solved_streak", 0))
         self.episode_window.extend(state.get("episode_window", []))
         env_state = state.get("env_state")
@@ -851,8 +853,7 @@ class Trainer:
             normalizer = getattr(self.algo, "reward_normalizer", None)
             if normalizer is not None:  # the saved returns belong to the old episodes
                 normalizer.returns.zero_()
-        if "cuda" in state["rng"] and self.device.type == "cuda":
-            torch.cuda.set_rng_state(state["rng"]["cuda"], self.device)
+        self._set_rng_state(state["rng"])
         log.info("resumed at step %d (iteration %d)", self.global_step, self.algo.iteration)
 
     def _trim_metrics(self, iteration: int) -> None:
