@@ -109,7 +109,6 @@ def blocker(cfg: Any, env: Any, policy: torch.nn.Module, device: torch.device,
             distributed: bool) -> str | None:  # fmt: skip
     """Why the fused kernels cannot run this configuration (None: they can)."""
     from orin_rl.buffers import memory
-    from orin_rl.envs.gpu.classic import CartPole
 
     ppo = cfg.ppo
     spec = policy.spec
@@ -117,8 +116,8 @@ def blocker(cfg: Any, env: Any, policy: torch.nn.Module, device: torch.device,
         (ppo.fused == "off", "ppo.fused is off"),
         (device.type != "cuda" and not (ppo.fused == "on" and memory.cuda_simulated()),
          "the learner is not on CUDA"),
-        (type(env) is not CartPole, f"the fused kernels cover CartPole-v1 on the gpu backend, "
-                                    f"not {cfg.env.env_id} ({cfg.env.backend})"),
+        (env.fused_task != "CartPole-v1", f"the fused kernels cover CartPole-v1 on the gpu "
+                                          f"backend, not {cfg.env.env_id} ({cfg.env.backend})"),
         (getattr(env, "dtype", torch.float32) != torch.float32, "a float64 env"),
         (device.type == "cuda" and cfg.buffer.placement in ("host", "pinned"),
          f"buffer placement {cfg.buffer.placement} keeps the rollout in host memory"),

@@ -7,10 +7,18 @@ from typing import Any
 import gymnasium as gym
 import torch
 
-from orin_rl.envs.base import StepResult, VecEnv
-from orin_rl.envs.gym_env import EnvError, GymVecEnv, make_gym
+from orin_rl.envs.base import EnvError, EnvOptions, StepResult, VecEnv
+from orin_rl.envs.gym_env import GymVecEnv
 
-__all__ = ["EnvError", "GymVecEnv", "StepResult", "VecEnv", "make", "reward_threshold"]
+__all__ = [
+    "EnvError",
+    "EnvOptions",
+    "GymVecEnv",
+    "StepResult",
+    "VecEnv",
+    "make",
+    "reward_threshold",
+]
 
 
 def make(
@@ -32,39 +40,26 @@ def make(
         num_envs: batch size of the vector env.
         device: where observations and rewards are returned.
         seed: if given, the first ``reset()`` seeds the envs with ``seed, seed + 1, ...``.
-        backend: ``gym`` (gymnasium.vector) or ``gpu`` (torch tensor envs stepping on
-            ``device``, see ``orin_rl.envs.gpu``).
+        backend: a name in ``orin_rl.env_backends``: ``gym`` (gymnasium.vector) or ``gpu``
+            (GPU-native envs stepping on ``device``, see ``orin_rl.envs.gpu``).
         vectorization: ``sync`` or ``async`` (worker processes) for the gym backend.
         max_episode_steps: override of the time limit.
         worker_timeout_s: async workers that do not answer a step within this are reported.
         env_kwargs: keyword arguments for each env's constructor (gym backend).
         wrappers: config ``env.wrappers`` entries applied to each env (gym backend).
     """
+    from orin_rl import env_backends
+    from orin_rl.env_factory import EnvMakeError
+
     if num_envs <= 0:
         raise EnvError(f"num_envs must be positive, got {num_envs}")
-    if backend == "gpu" and (env_kwargs or wrappers):
-        raise EnvError(
-            "env.kwargs and env.wrappers apply to gymnasium envs; the GPU-native envs take "
-            "neither: drop them or use env.backend gym"
-        )
-    if backend == "gpu":
-        from orin_rl.envs.gpu import make_gpu
-
-        return make_gpu(env_id, num_envs, device, max_episode_steps, seed)
-    if backend != "gym":
-        raise EnvError(f"unknown env backend {backend!r}; available: gym, gpu")
-    env = make_gym(
-        env_id,
-        num_envs,
-        device,
-        vectorization,
-        max_episode_steps,
-        worker_timeout_s,
-        env_kwargs,
-        wrappers,
-    )
-    env.seed = seed
-    return env
+    try:
+        make_vec_env = env_backends.factory(backend)
+    except EnvMakeError as exc:
+        raise EnvError(str(exc)) from None
+    options = EnvOptions(seed, vectorization, max_episode_steps, worker_timeout_s, env_kwargs,
+                         wrappers)  # fmt: skip
+    return make_vec_env(env_id, num_envs, device, options)
 
 
 def reward_threshold(env_id: str) -> float | None:

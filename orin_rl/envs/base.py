@@ -2,11 +2,37 @@
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, ClassVar
 
 import gymnasium as gym
 import torch
+
+from orin_rl.errors import OrinError
+
+
+class EnvError(OrinError, ValueError):
+    """An environment cannot be created or used as asked."""
+
+
+@dataclass
+class EnvOptions:
+    """What ``envs.make`` hands a backend besides the id, batch size and device; each backend
+    uses the options that apply to it and refuses ones it cannot honour."""
+
+    seed: int | None = None
+    """The first ``reset()`` without a seed seeds the envs with seed, seed + 1, ..."""
+    vectorization: str = "sync"
+    """gymnasium: ``sync`` or ``async`` (worker processes)."""
+    max_episode_steps: int | None = None
+    """Override of the time limit."""
+    worker_timeout_s: float = 60.0
+    """gymnasium async: a worker that does not answer a step within this is reported."""
+    kwargs: dict[str, Any] | None = None
+    """Keyword arguments of each env's constructor (config ``env.kwargs``)."""
+    wrappers: list[str | dict[str, Any]] | None = None
+    """Config ``env.wrappers`` entries applied to each env."""
 
 
 @dataclass
@@ -36,9 +62,14 @@ class StepResult:
         return iter((self.obs, self.reward, self.terminated, self.truncated, self.info))
 
 
-@runtime_checkable
-class VecEnv(Protocol):
-    """A batch of environments with auto-reset and torch tensors on ``device``."""
+class VecEnv(ABC):
+    """A batch of environments with auto-reset and torch tensors on ``device``.
+
+    Besides the four verbs, a backend declares what else it can do; the runners read these
+    declarations and never probe an environment's type or private members (as rsl_rl's
+    ``VecEnv`` declares every attribute its runner touches). The defaults are the plainest
+    environment: it steps on the host and offers nothing extra.
+    """
 
     num_envs: int
     device: torch.device
@@ -47,14 +78,52 @@ class VecEnv(Protocol):
     action_space: gym.Space
     """Space of a single environment's action."""
 
+    graph_safe: ClassVar[bool] = False
+    """A step runs on ``device`` with no host read and no data-dependent Python branch, so a
+    whole iteration can be captured in a CUDA graph (``train.cuda_graphs``)."""
+    writes_into_storage: ClassVar[bool] = False
+    """``stage_outputs(placement)`` and ``step(actions, obs_out=...)`` are implemented: the
+    environment writes its outputs into host-writable storage the learner reads in place."""
+    eval_physics: ClassVar[str | None] = None
+    """Set where the physics is not gymnasium's own (e.g. ``mujoco_warp``): periodic
+    evaluations then run on a batch of this backend, and the final verdict also runs the
+    deterministic policy on gymnasium's env as the deployed-physics check."""
+    fused_task: ClassVar[str | None] = None
+    """The task id the fused PPO kernels implement for this class (``algorithms.fused``), which
+    then also read its ``state``, ``elapsed`` and ``stats`` tensors; None: no fused kernels."""
+
+    @abstractmethod
     def reset(self, seed: int | None = None) -> torch.Tensor:
         """Reset every environment; return (num_envs, *obs_shape) observations."""
 
+    @abstractmethod
     def step(self, actions: torch.Tensor) -> StepResult:
         """Step every environment with a (num_envs, *action_shape) batch of actions."""
 
+    @abstractmethod
     def pop_episode_stats(self) -> tuple[list[float], list[int]]:
         """Returns and lengths of the episodes completed since the last call."""
 
+    @abstractmethod
     def close(self) -> None:
         """Release workers and resources."""
+
+    def get_state(self) -> dict[str, Any] | None:
+        """Everything the next steps depend on, as checkpoint-safe values, so a resumed run
+        continues exactly; None where the backend cannot capture it (then a resume starts
+        fresh episodes)."""
+        return None
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        """Restore what ``get_state`` returned."""
+        raise EnvError(f"{type(self).__name__} cannot restore an environment state")
+
+    def observe(self) -> torch.Tensor:
+        """The (num_envs, *obs_shape) observation of the current state, without stepping (the
+        fused kernels step the state themselves)."""
+        raise EnvError(f"{type(self).__name__} cannot observe without stepping")
+
+    def compile(self) -> bool:
+        """``torch.compile`` the backend's own step maths where it has some (``train.compile``);
+        False when there is nothing to compile."""
+        return False

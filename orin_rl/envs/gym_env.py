@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
-from typing import Any
+from typing import Any, ClassVar
 
 import gymnasium as gym
 import numpy as np
@@ -14,8 +14,7 @@ from gymnasium.wrappers.vector import RecordEpisodeStatistics
 
 from orin_rl.buffers import memory
 from orin_rl.env_factory import EnvMakeError, import_env_module, resolve_wrappers
-from orin_rl.envs.base import StepResult
-from orin_rl.errors import OrinError
+from orin_rl.envs.base import EnvError, EnvOptions, StepResult, VecEnv
 
 log = logging.getLogger(__name__)
 
@@ -38,11 +37,7 @@ class _TimedStep(gym.vector.VectorWrapper):
             raise multiprocessing.TimeoutError(f"{self.timeout_s:g} s") from None
 
 
-class EnvError(OrinError, ValueError):
-    """An environment cannot be created or used as asked."""
-
-
-class GymVecEnv:
+class GymVecEnv(VecEnv):
     """Adapter from a gymnasium vector env to the VecEnv contract.
 
     gymnasium 1.x defaults to NEXT_STEP auto-reset, where the step *after* an episode ends is a
@@ -52,6 +47,8 @@ class GymVecEnv:
     the end of the episode, and the true final observation is returned as ``final_obs`` so a
     truncated episode bootstraps from the state it really reached.
     """
+
+    writes_into_storage: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -359,3 +356,14 @@ def make_gym(
         vec.close()
         raise EnvError(f"{env_id}: action space {space} is not Discrete or Box")
     return GymVecEnv(vec, device, worker_timeout_s)
+
+
+def make_vec_env(
+    env_id: str, num_envs: int, device: torch.device | str, options: EnvOptions
+) -> GymVecEnv:
+    """The ``gym`` backend (``orin_rl.env_backends``)."""
+    o = options
+    env = make_gym(env_id, num_envs, device, o.vectorization, o.max_episode_steps,
+                   o.worker_timeout_s, o.kwargs, o.wrappers)  # fmt: skip
+    env.seed = o.seed
+    return env

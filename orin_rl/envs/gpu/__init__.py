@@ -29,7 +29,7 @@ MUJOCO_IDS: tuple[str, ...] = (
 )
 """The MuJoCo Warp tasks (``orin_rl.envs.gpu.mjwarp``, imported only when one is made)."""
 
-__all__ = ["MUJOCO_IDS", "REGISTRY", "TorchVecEnv", "gpu_env_ids", "make_gpu"]
+__all__ = ["MUJOCO_IDS", "REGISTRY", "TorchVecEnv", "gpu_env_ids", "make_gpu", "make_vec_env"]
 
 
 def gpu_env_ids() -> list[str]:
@@ -46,7 +46,7 @@ def make_gpu(
     dtype: torch.dtype = torch.float32,
 ) -> Any:
     """A GPU-native ``env_id`` batch; unknown ids raise an error listing the available ones."""
-    from orin_rl.envs.gym_env import EnvError
+    from orin_rl.envs.base import EnvError
 
     if env_id in MUJOCO_IDS:
         from orin_rl.envs.gpu.mjwarp import TASKS
@@ -58,3 +58,16 @@ def make_gpu(
             f"{', '.join(gpu_env_ids())} (use --env-backend gym for the others)"
         )
     return REGISTRY[env_id](num_envs, device, dtype, max_episode_steps, seed)
+
+
+def make_vec_env(env_id: str, num_envs: int, device: torch.device | str, options: Any) -> Any:
+    """The ``gpu`` backend (``orin_rl.env_backends``); ``options`` is an ``EnvOptions``, of
+    which the gymnasium-only ones (vectorization, worker time-out) do not apply."""
+    from orin_rl.envs.base import EnvError
+
+    if options.kwargs or options.wrappers:
+        raise EnvError(
+            "env.kwargs and env.wrappers apply to gymnasium envs; the GPU-native envs take "
+            "neither: drop them or use env.backend gym"
+        )
+    return make_gpu(env_id, num_envs, device, options.max_episode_steps, options.seed)

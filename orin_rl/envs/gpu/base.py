@@ -8,13 +8,13 @@ which stay on the device until ``pop_episode_stats`` reads them once per log.
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
+from abc import abstractmethod
 from typing import Any, ClassVar
 
 import gymnasium as gym
 import torch
 
-from orin_rl.envs.base import StepResult
+from orin_rl.envs.base import EnvError, StepResult, VecEnv
 
 
 class EpisodeStats:
@@ -64,7 +64,7 @@ class EpisodeStats:
         self.episode_length.copy_(state["episode_length"])
 
 
-class DeviceState(ABC):
+class DeviceState(VecEnv):
     """``get_state`` / ``set_state`` (exact resume) for envs whose whole dynamic state is a few
     device tensors, an ``EpisodeStats`` and a ``torch.Generator``."""
 
@@ -87,8 +87,6 @@ class DeviceState(ABC):
 
     def set_state(self, state: dict[str, Any]) -> None:
         """Restore what ``get_state`` returned (into the same tensors)."""
-        from orin_rl.envs.gym_env import EnvError
-
         tensors = self._state_tensors()
         first = next(iter(tensors))
         if tuple(state[first].shape) != tuple(tensors[first].shape):
@@ -118,7 +116,7 @@ class TorchVecEnv(DeviceState):
     observation_space: gym.spaces.Box
     action_space: gym.Space
     graph_safe: ClassVar[bool] = True
-    """A step does no host synchronisation and can be captured in a CUDA graph."""
+    """Tensor ops only: a step can be captured in a CUDA graph."""
 
     def __init__(
         self,
@@ -200,6 +198,15 @@ class TorchVecEnv(DeviceState):
     def pop_episode_stats(self) -> tuple[list[float], list[int]]:
         """See ``EpisodeStats.pop``."""
         return self.stats.pop()
+
+    def observe(self) -> torch.Tensor:
+        """The observation of the current ``state``."""
+        return self._observe(self.state)
+
+    def compile(self) -> bool:
+        """``torch.compile`` the dynamics (the many small element-wise kernels of a step)."""
+        self._dynamics = torch.compile(self._dynamics)  # type: ignore[method-assign]
+        return True
 
     def _state_tensors(self) -> dict[str, torch.Tensor]:
         return {"state": self.state, "elapsed": self.elapsed}

@@ -37,7 +37,7 @@ SIM_HINT = "pip install 'orin-rl[sim]' (warp-lang, mujoco, mujoco-warp)"
 def import_sim() -> tuple[Any, Any, Any]:
     """(mujoco, warp, mujoco_warp), imported quietly; a missing one is an EnvError naming the
     extra to install."""
-    from orin_rl.envs.gym_env import EnvError
+    from orin_rl.envs.base import EnvError
 
     try:
         import mujoco
@@ -78,7 +78,8 @@ class MuJoCoWarpEnv(DeviceState):
     """Observation or position read body quantities (xpos, cinert, ...): after a reset they
     are recomputed by forward kinematics, as gymnasium's ``mj_forward`` does."""
     graph_safe: ClassVar[bool] = True
-    """A step does no host synchronisation and can be captured in a CUDA graph."""
+    """Warp launches on torch's stream (or a recorded Warp graph): a step can be captured."""
+    eval_physics: ClassVar[str | None] = "mujoco_warp"
 
     def __init__(
         self,
@@ -88,7 +89,7 @@ class MuJoCoWarpEnv(DeviceState):
         max_episode_steps: int | None = None,
         seed: int | None = None,
     ):
-        from orin_rl.envs.gym_env import EnvError
+        from orin_rl.envs.base import EnvError
 
         if dtype != torch.float32:
             raise EnvError(f"{self.env_id} on MuJoCo Warp computes in float32, not {dtype}")
@@ -163,7 +164,7 @@ class MuJoCoWarpEnv(DeviceState):
 
     # ------------------------------------------------------------------ set-up
     def _load_model(self, mujoco: Any) -> Any:
-        from orin_rl.envs.gym_env import EnvError
+        from orin_rl.envs.base import EnvError
 
         path = gymnasium_asset(self.xml_file)
         if not path.is_file():

@@ -1,0 +1,32 @@
+"""Environment backends by name: the one list ``envs.make``, the config and the CLI read.
+
+Torch-free (the CLI builds its parser from it without importing torch). A backend is a module
+with ``make_vec_env(env_id, num_envs, device, options: envs.EnvOptions) -> envs.VecEnv``;
+adding one is that module plus one line below.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import Any
+
+BACKENDS: dict[str, tuple[str, str]] = {
+    "gym": ("orin_rl.envs.gym_env", "gymnasium.vector envs (any gymnasium id, module:EnvId)"),
+    "gpu": ("orin_rl.envs.gpu", "GPU-native envs stepping on the learner's device"),
+}
+"""name -> (module holding ``make_vec_env``, one line of what it is)."""
+
+
+def names() -> list[str]:
+    """Every registered backend name, in registration order."""
+    return list(BACKENDS)
+
+
+def factory(name: str) -> Callable[..., Any]:
+    """The backend's ``make_vec_env`` (its module is imported now, not before)."""
+    from orin_rl.env_factory import EnvMakeError
+
+    if name not in BACKENDS:
+        raise EnvMakeError(f"unknown env backend {name!r}; available: {', '.join(BACKENDS)}")
+    return importlib.import_module(BACKENDS[name][0]).make_vec_env
