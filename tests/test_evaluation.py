@@ -14,7 +14,7 @@ from orin_rl import cli
 from orin_rl.checkpoint import load_policy as load_checkpoint
 from orin_rl.evaluation import evaluate_policy
 from orin_rl.runners.evaluate import evaluate
-from orin_rl.runners.trainer import VERDICT_SEED_OFFSET
+from orin_rl.runners.verdict import VERDICT_SEED_OFFSET
 
 CARTPOLE = ("CartPole-v1", "ppo", "train.eval_episodes=6", "train.total_steps=2048")
 

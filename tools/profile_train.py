@@ -35,12 +35,12 @@ from bench_train_gpu import PUREJAXRL_PPO  # noqa: E402
 from orin_rl import config as config_mod  # noqa: E402
 from orin_rl.algorithms import fused  # noqa: E402
 from orin_rl.config import Config  # noqa: E402
-from orin_rl.runners.trainer import Trainer  # noqa: E402
+from orin_rl.runners.on_policy import OnPolicyRunner  # noqa: E402
 
 ROWS = {"single": (4, 1), "envs4096": (4096, 1), "seeds512": (4, 512)}
 
 
-def make_trainer(num_envs: int, agents: int, fused: str, graphs: bool, tmp: Path) -> Trainer:
+def make_trainer(num_envs: int, agents: int, fused: str, graphs: bool, tmp: Path) -> OnPolicyRunner:
     cfg = config_mod.apply_overrides(Config(), PUREJAXRL_PPO)
     for key, value in {
         "env.env_id": "CartPole-v1", "env.backend": "gpu", "env.num_envs": num_envs,
@@ -48,7 +48,7 @@ def make_trainer(num_envs: int, agents: int, fused: str, graphs: bool, tmp: Path
         "train.total_steps": 10**9, "ppo.fused": fused,
     }.items():  # fmt: skip
         config_mod.set_value(cfg, key, value)
-    return Trainer(cfg, tmp / f"run-{time.monotonic_ns()}", progress=False)
+    return OnPolicyRunner(cfg, tmp / f"run-{time.monotonic_ns()}", progress=False)
 
 
 def gpu_ops(prof) -> list:
@@ -83,7 +83,7 @@ def timed_ms(fn, repeats: int) -> float:
     return statistics.median(times)
 
 
-def general_phases(t: Trainer) -> dict:
+def general_phases(t: OnPolicyRunner) -> dict:
     algo, env = t.algo, t.env
     state = {"obs": env.reset(seed=0)}
 
@@ -122,7 +122,7 @@ def general_phases(t: Trainer) -> dict:
     return out
 
 
-def graph_iteration_ms(t: Trainer) -> float:
+def graph_iteration_ms(t: OnPolicyRunner) -> float:
     obs = t.env.reset(seed=0)
     obs, _ = t._iterate(obs)  # eager warm-up, then capture
     assert t._graph is not None, "the iteration was not captured"
@@ -134,7 +134,7 @@ def graph_iteration_ms(t: Trainer) -> float:
     return round(timed_ms(replay, 20), 3)
 
 
-def fused_iteration(t: Trainer) -> dict:
+def fused_iteration(t: OnPolicyRunner) -> dict:
     assert t.fused is not None, "the fused path did not apply"
     t.env.reset(seed=0)
     for _ in range(2):

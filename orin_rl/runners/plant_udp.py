@@ -34,7 +34,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from orin_rl.runners.online import Feedback, OnlineError, Plant
+from orin_rl.runners.plant import Feedback, OnlineError, Plant
 
 log = logging.getLogger(__name__)
 

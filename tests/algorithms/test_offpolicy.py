@@ -198,9 +198,9 @@ def test_dqn_solves_cartpole_with_prioritized_replay_and_resumes_with_buffer(tmp
     assert stored == min(summary["total_steps"], 100_000)
     export_bundle(run)
     # Resume (a few more steps): the buffer comes back with what it held.
-    from orin_rl.runners.trainer import Trainer
+    from orin_rl.runners import make_runner
 
-    trainer = Trainer(None, run, resume=True, progress=False)
+    trainer = make_runner(None, run, resume=True, progress=False)
     assert len(trainer.algo.replay) == stored
     trainer.env.close()
 

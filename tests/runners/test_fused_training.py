@@ -16,9 +16,10 @@ from orin_rl import config as config_mod
 from orin_rl.algorithms import fused
 from orin_rl.config import Config
 from orin_rl.errors import OrinError
-from orin_rl.runners import trainer as trainer_mod
+from orin_rl.runners import on_policy as trainer_mod
+from orin_rl.runners import train
 from orin_rl.runners.logger import read_metrics
-from orin_rl.runners.trainer import Trainer, train
+from orin_rl.runners.on_policy import OnPolicyRunner as Trainer
 from tests.conftest import HAS_CUDA
 
 
@@ -150,7 +151,7 @@ import sys
 from pathlib import Path
 from orin_rl import config as config_mod
 from orin_rl.config import Config
-from orin_rl.runners.trainer import train
+from orin_rl.runners import train
 cfg = Config()
 for key, value in {values!r}.items():
     config_mod.set_value(cfg, key, value)

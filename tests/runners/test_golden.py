@@ -100,9 +100,9 @@ def _train(case: str, run: Path, stop_after: int | None = None) -> None:
         return
     # A run stopped half-way (its checkpoint says so): the loop ends after `stop_after`
     # iterations, as a signal would end it, with the config of the whole run.
-    from orin_rl.runners.trainer import Trainer
+    from orin_rl.runners import make_runner
 
-    trainer = Trainer(_config(case), run, progress=False)
+    trainer = make_runner(_config(case), run, progress=False)
     trainer.num_iterations = stop_after
     trainer.learn()
 

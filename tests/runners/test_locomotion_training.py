@@ -19,8 +19,8 @@ from orin_rl import config as config_mod
 from orin_rl.checkpoint import load_checkpoint
 from orin_rl.config import Config
 from orin_rl.presets import preset_overrides
+from orin_rl.runners import train
 from orin_rl.runners.logger import read_metrics
-from orin_rl.runners.trainer import train
 from tests.reliability.test_faults import wait_for
 
 # Hopper on MuJoCo Warp's CPU device, as small as a run can be.
@@ -69,7 +69,7 @@ def test_many_agents_on_gpu_physics_finish_with_per_agent_results(tmp_path):
 def test_resume_without_env_state_restarts_the_reward_returns(tmp_path):
     """Fresh episodes after a resume must not inherit the saved discounted returns."""
     from orin_rl.checkpoint import save_checkpoint
-    from orin_rl.runners.trainer import Trainer
+    from orin_rl.runners import make_runner
 
     run = tmp_path / "run"
     train(_config(**{"train.total_steps": 32}), run, progress=False)
@@ -77,7 +77,7 @@ def test_resume_without_env_state_restarts_the_reward_returns(tmp_path):
     assert state["algo"]["reward_normalizer"]["returns"].abs().sum() > 0
     state["env_state"] = None  # as an async gym env or another rank would have it
     save_checkpoint(state, run / "checkpoint.pt")
-    resumed = Trainer(Config(), run, resume=True, progress=False)
+    resumed = make_runner(Config(), run, resume=True, progress=False)
     assert torch.all(resumed.algo.reward_normalizer.returns == 0)
     resumed.env.close()
 

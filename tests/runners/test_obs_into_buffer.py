@@ -11,8 +11,9 @@ from orin_rl.algorithms import PPO
 from orin_rl.buffers import memory
 from orin_rl.checkpoint import load_checkpoint
 from orin_rl.config import Config
+from orin_rl.runners import train
 from orin_rl.runners.logger import read_metrics
-from orin_rl.runners.trainer import Trainer, train
+from orin_rl.runners.on_policy import OnPolicyRunner
 
 
 def _cfg(**over) -> Config:
@@ -36,7 +37,7 @@ def _copying(monkeypatch):
     def off(self):
         self.obs_into_buffer = False
 
-    monkeypatch.setattr(Trainer, "_make_obs_into_buffer", off)
+    monkeypatch.setattr(OnPolicyRunner, "_make_obs_into_buffer", off)
 
 
 @pytest.mark.parametrize("normalize_obs", [False, True])

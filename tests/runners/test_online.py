@@ -18,17 +18,11 @@ from orin_rl import config as config_mod
 from orin_rl.algorithms.sac import QNetwork, squashed_gaussian
 from orin_rl.checkpoint import load_checkpoint
 from orin_rl.config import Config, ConfigError
-from orin_rl.runners import online, train
-from orin_rl.runners import trainer as trainer_mod
+from orin_rl.runners import online, online_actor, train, verdict
 from orin_rl.runners.logger import read_metrics
-from orin_rl.runners.online import (
-    Feedback,
-    GymPlant,
-    NumpyMLP,
-    OnlineTrainer,
-    WeightMailbox,
-    squashed_gaussian_np,
-)
+from orin_rl.runners.online import OnlineRunner as OnlineTrainer
+from orin_rl.runners.online_actor import NumpyMLP, WeightMailbox, squashed_gaussian_np
+from orin_rl.runners.plant import Feedback, GymPlant
 from orin_rl.runners.plant_udp import PlantTimeout, UdpPlant, serve
 from orin_rl.runtime.loop import ControlLoop, LoopConfig
 
@@ -542,7 +536,7 @@ def test_a_gpu_learner_evaluates_a_host_copy_of_its_policy(tmp_path, monkeypatch
         seen.append((policy, kwargs["device"]))
         return [0.0] * episodes
 
-    monkeypatch.setattr(trainer_mod, "evaluate", spy)
+    monkeypatch.setattr(verdict, "evaluate", spy)
     trainer._evaluate(7)  # a CPU learner: its own policy
     trainer.device = torch.device("cuda")
     trainer._evaluate(7)
@@ -600,7 +594,7 @@ def test_watchdog_leaves_a_long_reset_alone(tmp_path, monkeypatch):
 def test_a_long_episode_keeps_its_schedule_across_loops(tmp_path, monkeypatch):
     """An episode spans several ControlLoop runs: the split must not send two actions back
     to back (a new loop used to start its first tick at once)."""
-    monkeypatch.setattr(online, "TICKS_PER_LOOP", 7)
+    monkeypatch.setattr(online_actor, "TICKS_PER_LOOP", 7)
     plant = _HangingPlant(hang_at=-1, hang_s=0)
     monkeypatch.setattr(online, "make_plant", lambda *a, **k: plant)
     cfg = online_cfg(**{"train.total_steps": 150, "online.control_rate_hz": 100.0})

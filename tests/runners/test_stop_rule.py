@@ -8,7 +8,7 @@ import json
 from orin_rl import config as config_mod
 from orin_rl.config import Config
 from orin_rl.presets import preset_overrides
-from orin_rl.runners import trainer as trainer_mod
+from orin_rl.runners import base, train, verdict
 
 
 def test_a_failed_verdict_keeps_training_and_a_stop_as_solved_is_solved(tmp_path, monkeypatch):
@@ -21,13 +21,13 @@ def test_a_failed_verdict_keeps_training_and_a_stop_as_solved_is_solved(tmp_path
 
     def scripted(self, seed_offset):
         calls.append((self.algo.iteration, seed_offset))
-        if seed_offset == trainer_mod.VERDICT_SEED_OFFSET:
+        if seed_offset == verdict.VERDICT_SEED_OFFSET:
             return next(verdicts)
         return [500.0] * 3  # every periodic evaluation "solves"
 
-    monkeypatch.setattr(trainer_mod.Trainer, "_evaluate", scripted)
-    summary = trainer_mod.train(cfg, tmp_path / "run", progress=False)
-    verdict_at = [it for it, offset in calls if offset == trainer_mod.VERDICT_SEED_OFFSET]
+    monkeypatch.setattr(base.Runner, "_evaluate", scripted)
+    summary = train(cfg, tmp_path / "run", progress=False)
+    verdict_at = [it for it, offset in calls if offset == verdict.VERDICT_SEED_OFFSET]
     # Streak of 2 at iteration 2: verdict fails; streak restarts; 2 more at 4: verdict passes.
     assert verdict_at == [2, 4]
     assert summary["stop_reason"] == "solved" and summary["solved"] is True

@@ -1,0 +1,265 @@
+"""The on-policy runner: PPO's rollout → returns → update, in four forms.
+
+- **general**: the loop below, eagerly, on any env backend;
+- **graphs** (``train.cuda_graphs``): the first iteration runs eagerly on a side stream, then
+  one whole iteration is captured in a CUDA graph and replayed (``runners.graphs``);
+- **fused** (``ppo.fused``): CartPole's rollout and PPO's update in Numba kernels
+  (``algorithms.fused``), also replayable as one graph;
+- **many agents** (``train.num_agents``): N independent PPO agents as one batched program.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from typing import Any
+
+import numpy as np
+import torch
+
+from orin_rl import distributed
+from orin_rl.algorithms import PPO, fused
+from orin_rl.algorithms.ppo_multi import MultiAgentPPO
+from orin_rl.buffers import RolloutBuffer
+from orin_rl.errors import OrinError
+from orin_rl.models import ActorCritic, PolicySpec
+from orin_rl.models.batched import BatchedActorCritic
+from orin_rl.runners.base import Runner
+from orin_rl.runners.checkpointing import rng_state, set_rng_state
+from orin_rl.runners.graphs import GraphedCall, GraphedIteration, graph_blocker, nvtx_range
+
+log = logging.getLogger(__name__)
+
+
+class OnPolicyRunner(Runner):
+    """PPO (general, CUDA graphs, fused kernels, many agents)."""
+
+    _graph: GraphedIteration | GraphedCall | None = None
+
+    def _rollout_steps(self) -> int:
+        return self.cfg.ppo.num_steps
+
+    def _build(self) -> None:
+        cfg = self.cfg
+        self.policy_spec = PolicySpec.from_spaces(
+            self.env.observation_space,
+            self.env.action_space,
+            hidden_sizes=list(cfg.ppo.hidden_sizes),
+            activation=cfg.ppo.activation,
+            normalize_obs=cfg.ppo.normalize_obs,
+            init_log_std=cfg.ppo.init_log_std,
+            obs_clip=cfg.ppo.obs_clip,
+        )
+        self.policy = (
+            BatchedActorCritic(self.policy_spec, self.num_agents)
+            if self.num_agents > 1
+            else ActorCritic(self.policy_spec)
+        ).to(self.device)
+        if self.dist.enabled:
+            distributed.broadcast_module(self.policy)  # one set of weights to start from
+            torch.manual_seed(cfg.train.seed + 7919 * self.dist.rank)  # own action samples
+        discrete = self.policy_spec.action_kind == "discrete"
+        self.buffer = RolloutBuffer(
+            cfg.ppo.num_steps,
+            cfg.env.num_envs * self.num_agents,
+            tuple(self.policy_spec.obs_shape),
+            () if discrete else (self.policy_spec.action_dim,),
+            torch.int64 if discrete else torch.float32,
+            self.device,
+            cfg.buffer.placement,
+            cfg.ppo.num_minibatches,
+        )
+        self.use_graphs = False
+        if cfg.train.cuda_graphs:
+            blocker = graph_blocker(self.env, self.device, cfg.ppo.target_kl)
+            if blocker is None and self.dist.enabled and self.dist.backend != "nccl":
+                blocker = f"{self.dist.backend} collectives cannot be captured"
+            self.use_graphs = blocker is None
+            if blocker:
+                log.warning("CUDA graphs off: %s; running eagerly", blocker)
+        args = (self.policy, self.buffer, cfg.ppo, self.num_iterations, self.device)
+        options = {"precision": cfg.train.precision, "capturable": self.use_graphs}
+        if self.num_agents > 1:
+            self.algo: Any = MultiAgentPPO(*args, **options)
+        else:
+            self.algo = PPO(*args, **options, dist_ctx=self.dist)
+        self._make_fused()
+        self._make_obs_into_buffer()
+
+    def _make_obs_into_buffer(self) -> None:
+        """CPU envs write straight into storage the learner reads, where the buffer allows it.
+
+        ``host`` storage on a CPU learner, ``managed`` on a CUDA one (auto on an integrated GPU
+        such as Orin, where CPU and GPU share the DRAM): each step's observations go into the
+        rollout buffer's next slot and the other outputs into env-owned storage of the same
+        placement. The learner reads them where they are: no host-to-device copy, and no copy
+        of the observation into the buffer. (The fused path and CUDA graphs have GPU envs.)
+        """
+        self.obs_into_buffer = False
+        env_obs = self.env.observation_space
+        if not (
+            self.env.writes_into_storage
+            and self.num_agents == 1
+            and self.fused is None
+            and not self.use_graphs
+            and self.buffer.host_writable
+            and np.issubdtype(env_obs.dtype, np.floating)
+        ):
+            return
+        self.env.stage_outputs(self.buffer.placement)
+        self.obs_into_buffer = True
+        log.info("gym envs write into %s storage: no device copy", self.buffer.placement)
+
+    def _make_fused(self) -> None:
+        """The fused kernels where they apply (``ppo.fused``); the choice is logged."""
+        cfg = self.cfg
+        self.fused: fused.FusedPPO | None = None
+        self._fused_checked = False
+        if cfg.ppo.fused == "off":
+            return
+        reason = fused.blocker(cfg, self.env, self.policy, self.device, self.dist.enabled)
+        if reason is not None:
+            if cfg.ppo.fused == "on":
+                raise OrinError(f"ppo.fused=on, but {reason}; set ppo.fused=auto or off")
+            if self.device.type == "cuda":
+                log.info("fused PPO kernels off (%s): general path", reason)
+            return
+        update_reason = fused.update_blocker(cfg, self.policy.spec)
+        self.fused = fused.FusedPPO(self.algo, self.env, cfg, fused_update=update_reason is None)
+        if update_reason is None:
+            log.info("fused PPO kernels: the rollout in one kernel, the update in %d blocks "
+                     "per agent and minibatch step", self.fused.parts)  # fmt: skip
+        else:
+            log.info("fused PPO kernels: rollout fused, update by torch (%s)", update_reason)
+
+    # ------------------------------------------------------------------ one iteration
+    def _iterate(self, obs: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+        """One iteration from ``obs``: a graph replay once captured, else eager."""
+        algo, nvtx = self.algo, self.cfg.train.nvtx
+        if self.fused is not None:
+            if self._fused_checked or self.cfg.ppo.fused == "on":
+                return self._fused_iterate()
+            # auto: the first iteration compiles the kernels, one by one as they first launch.
+            # If one fails, undo what the kernels before it did (the env, the rollout buffer,
+            # the draws, the weights) and go on as if the run had started on the general path.
+            before = self._fused_snapshot()
+            try:
+                out = self._fused_iterate()
+            except Exception as exc:  # Numba raises many kinds when a compile fails
+                first = (str(exc).splitlines() or [""])[0][:200]
+                log.warning("fused PPO kernels failed on their first iteration (%s: %s); the "
+                            "general path takes over (ppo.fused=off skips the attempt)",
+                            type(exc).__name__, first)  # fmt: skip
+                self._fused_restore(before)
+                self.fused = None
+            else:
+                self._fused_checked = True
+                return out
+        if self._graph is not None:
+            lr = algo.set_learning_rate()
+            with nvtx_range("iteration (CUDA graph replay)", nvtx):
+                obs, num_updates, epochs = self._graph.replay()
+            return obs, algo.finish_update(num_updates, epochs, lr)
+        # The first iteration of a graphed run is its warm-up, on a side stream (torch docs).
+        side = torch.cuda.Stream(self.device) if self.use_graphs else None
+        if side is not None:
+            side.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(side) if side is not None else contextlib.nullcontext():
+            with nvtx_range("rollout", nvtx):
+                for _ in range(self.rollout_steps):  # batched env steps into the buffer
+                    actions = algo.act(obs)
+                    step = self._env_step(actions)
+                    algo.process_env_step(step)
+                    obs = step.obs
+            with nvtx_range("gae", nvtx):
+                algo.compute_returns(obs)
+            with nvtx_range("update", nvtx):
+                losses = algo.update()
+        if side is not None:
+            torch.cuda.current_stream(self.device).wait_stream(side)
+            self._capture(obs)
+        return obs, losses
+
+    def _env_step(self, actions: torch.Tensor) -> Any:
+        """``env.step``; with ``obs_into_buffer`` the observations land in the next buffer slot
+        (the last step's in the env's own storage: it starts the next rollout)."""
+        if self.obs_into_buffer:
+            buffer = self.algo.buffer
+            nxt = buffer.step + 1
+            if nxt < buffer.num_steps:
+                return self.env.step(actions, obs_out=buffer.obs_slot(nxt))
+        return self.env.step(actions)
+
+    def _capture(self, obs: torch.Tensor) -> None:
+        graph = GraphedIteration(self.algo, self.env, self.cfg.ppo.num_steps)
+        try:
+            graph.capture(obs)
+        except Exception as exc:  # stay correct: an eager run is slower, not wrong
+            log.warning("CUDA graph capture failed (%s); running eagerly", exc)
+            self.algo.buffer.clear()
+            self.use_graphs = False
+            return
+        self._graph = graph
+        log.info("captured one PPO iteration in a CUDA graph; replaying it from now on")
+
+    # -------------------------------------------------------------- the fused path
+    def _fused_snapshot(self) -> dict[str, Any]:
+        """What a fused iteration changes before its update ends: see ``_fused_restore``."""
+        return {
+            "env": self.env.get_state(),
+            "rng": rng_state(self.device),
+            "flat": self.fused.flat.clone(),  # type: ignore[union-attr]  # fused is set
+        }
+
+    def _fused_restore(self, before: dict[str, Any]) -> None:
+        self.env.set_state(before["env"])
+        set_rng_state(before["rng"], self.device)
+        self.fused.flat.copy_(before["flat"])  # type: ignore[union-attr]  # fused is set
+        self.algo.buffer.clear()
+
+    def _fused_iterate(self) -> tuple[torch.Tensor, dict[str, float]]:
+        """One iteration of the fused kernels (a graph replay with ``--cuda-graphs``)."""
+        algo, nvtx = self.algo, self.cfg.train.nvtx
+        fused_ppo: fused.FusedPPO = self.fused  # type: ignore[assignment]  # set by the caller
+        lr = algo.set_learning_rate()
+        with nvtx_range("fused iteration", nvtx):
+            if self._graph is not None:
+                fused_ppo.begin(lr)
+                _, num_updates, epochs = self._graph.replay()
+                fused_ppo.end(num_updates)
+            elif self.use_graphs:  # warm up on a side stream, then capture (torch docs)
+                side = torch.cuda.Stream(self.device)
+                side.wait_stream(torch.cuda.current_stream(self.device))
+                with torch.cuda.stream(side):
+                    num_updates, epochs = fused_ppo.iteration(lr)
+                torch.cuda.current_stream(self.device).wait_stream(side)
+                graph = GraphedCall(fused_ppo.launch)
+                try:
+                    graph.capture()
+                except Exception as exc:  # stay correct: an eager run is slower, not wrong
+                    log.warning("CUDA graph capture failed (%s); running eagerly", exc)
+                    self.use_graphs = False
+                else:
+                    self._graph = graph
+                    log.info("captured the fused iteration in a CUDA graph")
+            else:
+                num_updates, epochs = fused_ppo.iteration(lr)
+        return self.env.observe(), algo.finish_update(num_updates, epochs, lr)
+
+    # ------------------------------------------------------------- bookkeeping
+    def graphed(self) -> bool:
+        return self._graph is not None or super().graphed()
+
+    def _fused_path(self) -> str | None:
+        if self.fused is None:
+            return None
+        return "rollout+update" if self.fused.fused_update else "rollout"
+
+    def _algo_state(self) -> dict[str, Any]:
+        if self.fused is not None:
+            self.fused.to_optimizer()  # the fused Adam state in the optimizer's format
+        return super()._algo_state()
+
+    def _restore_algo_extras(self) -> None:
+        if self.fused is not None:
+            self.fused.from_optimizer()
