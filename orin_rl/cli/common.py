@@ -1,0 +1,39 @@
+"""Shared by the ``orin-rl`` commands: UsageError, ``--env-kwargs``, the run/bench backend flags."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from orin_rl.errors import OrinError
+
+
+class UsageError(OrinError, ValueError):
+    """Bad command-line input; reported as one line with exit code 2."""
+
+
+def env_kwargs_arg(raw: str | None) -> dict[str, Any] | None:
+    """``--env-kwargs``: a JSON object, or one line saying what was wrong."""
+    if raw is None:
+        return None
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"--env-kwargs is not valid JSON ({exc.msg}): {raw!r}") from None
+    if not isinstance(value, dict):
+        raise UsageError(f"--env-kwargs takes a JSON object like '{{\"size\": 8}}', got {raw!r}")
+    return value
+
+
+def _backend_options(args: argparse.Namespace, batch: int) -> dict[str, Any]:
+    """``runtime.load`` options from the ``run`` / ``bench`` flags."""
+    options: dict[str, Any] = {"batch": batch, "cuda_graph": args.cuda_graph}
+    options["zero_copy"] = {"auto": None, "on": True, "off": False}[args.zero_copy]
+    if args.providers:
+        options["providers"] = [p.strip() for p in args.providers.split(",") if p.strip()]
+    if args.ort_recipe:
+        from orin_rl.export.recipes import ep_settings, load_recipe
+
+        options["ort_settings"] = ep_settings(load_recipe(args.ort_recipe))
+    return options

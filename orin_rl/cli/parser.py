@@ -1,0 +1,436 @@
+"""The ``orin-rl`` argument parser: every command's flags and help, in one place.
+
+Each command's code lives in its own module (``cli/train.py``, ``cli/run.py``, ...);
+``cli/app.py`` runs the one the parser picked. Torch-free, like all of ``orin_rl.cli``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from orin_rl import __version__, env_backends
+
+DESCRIPTION = """\
+Reinforcement learning on the robot's own computer: train a policy, export it as a
+checked ONNX bundle, build a TensorRT engine, evaluate it, and run it in a real-time
+control loop."""
+EPILOG = """\
+a first session:
+  orin-rl doctor                                what this machine can use
+  orin-rl train --env CartPole-v1 --out runs/mine
+  orin-rl export runs/mine                      runs/mine/bundle
+  orin-rl eval runs/mine/bundle --episodes 20
+  orin-rl run --model runs/mine/bundle --rate 1000 --steps 10000
+
+'orin-rl COMMAND --help' describes a command and its options."""
+ENV_KWARGS_HELP = (
+    "JSON object of keyword arguments for the environment's constructor, e.g. "
+    """'{"size": 8}' (config env.kwargs)"""
+)
+
+
+def _add_backend_options(p: argparse.ArgumentParser) -> None:
+    """Backend settings shared by ``run`` and ``bench``."""
+    p.add_argument(
+        "--providers",
+        metavar="LIST",
+        help="ONNX Runtime providers to try in order, e.g. tensorrt,cuda,cpu (default: by device)",
+    )
+    p.add_argument(
+        "--ort-recipe",
+        type=Path,
+        metavar="FILE",
+        help="engines/NAME.yaml whose precision, DLA core and profile set ONNX Runtime's "
+        "TensorRT/CUDA provider options",
+    )
+    p.add_argument(
+        "--cuda-graph",
+        action="store_true",
+        help="replay torch / TensorRT inference as CUDA graphs (needs --device cuda)",
+    )
+    p.add_argument(
+        "--zero-copy",
+        choices=["auto", "on", "off"],
+        default="auto",
+        help="bind mapped host memory as GPU I/O (auto: on integrated GPUs such as Orin)",
+    )
+
+
+def train_flags(p: argparse.ArgumentParser) -> None:
+    """The flags of `orin-rl train`."""
+    p.add_argument(
+        "--env",
+        help="gymnasium id, e.g. CartPole-v1 (default), or module:EnvId for your own "
+        "(module registers EnvId with gymnasium.register; docs/custom_env.md)",
+    )
+    p.add_argument("--env-kwargs", metavar="JSON", help=ENV_KWARGS_HELP)
+    p.add_argument(
+        "--algo",
+        choices=["ppo", "sac", "dqn"],
+        help="ppo (default), sac (continuous actions) or dqn (discrete), on a replay buffer",
+    )
+    p.add_argument("--num-envs", type=int, help="parallel environments")
+    p.add_argument("--vectorization", choices=["sync", "async"], help="gymnasium vectorisation")
+    p.add_argument(
+        "--env-backend",
+        choices=env_backends.names(),
+        help="gym: gymnasium.vector on the CPU; gpu: GPU-native torch envs on the learner device",
+    )
+    p.add_argument(
+        "--precision", choices=["fp32", "fp16", "bf16"], help="mixed precision (autocast)"
+    )
+    p.add_argument(
+        "--cuda-graphs",
+        action="store_true",
+        default=None,
+        help="capture each iteration in one CUDA graph (needs --env-backend gpu on CUDA)",
+    )
+    p.add_argument(
+        "--compile", action="store_true", default=None, help="torch.compile networks and envs"
+    )
+    p.add_argument(
+        "--nvtx", action="store_true", default=None, help="NVTX ranges for Nsight Systems"
+    )
+    p.add_argument(
+        "--num-agents",
+        type=int,
+        metavar="K",
+        help="train K independent agents in one batched program (seeds / sweeps)",
+    )
+    p.add_argument(
+        "--online",
+        action="store_true",
+        default=None,
+        help="learn while acting: a real-time actor drives the plant at --control-rate while "
+        "the learner (--algo sac, or dqn for discrete actions) trains beside it "
+        "(see docs/online.md)",
+    )
+    p.add_argument(
+        "--control-rate", type=float, metavar="HZ", help="the online actor's rate (default 50)"
+    )
+    p.add_argument(
+        "--utd",
+        type=float,
+        metavar="RATIO",
+        help="online: gradient steps per env step the learner aims at (default 1)",
+    )
+    p.add_argument(
+        "--plant",
+        metavar="SPEC",
+        help="online: gym (the env in real time, default), udp://HOST:PORT or module:factory",
+    )
+    p.add_argument("--total-steps", type=int, help="environment steps to train for")
+    p.add_argument("--device", choices=["auto", "cpu", "cuda"], help="learner device")
+    p.add_argument("--seed", type=int, help="random seed")
+    p.add_argument(
+        "--buffer-placement",
+        choices=["auto", "host", "device", "pinned", "managed"],
+        help="rollout buffer memory",
+    )
+    p.add_argument("--out", type=Path, help="run folder (default: runs/ENV-TIMESTAMP)")
+    p.add_argument("--config", type=Path, help="YAML config file")
+    p.add_argument("--resume", type=Path, metavar="DIR", help="continue the run in DIR")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="SECTION.FIELD=VALUE",
+        help="override any config field, e.g. --set ppo.learning_rate=3e-4 (repeatable)",
+    )
+    p.add_argument(
+        "--nproc",
+        type=int,
+        metavar="N",
+        help="train with N processes on torch.distributed (one per GPU with NCCL, gloo on "
+        "the CPU), launched through torchrun",
+    )
+    p.add_argument("--overwrite", action="store_true", help="replace an existing run folder")
+    p.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="no progress bar (where the output is not a terminal, training logs plain "
+        "progress lines instead of a bar; -q hides both)",
+    )
+    p.add_argument("--print-config", action="store_true", help="print the config and exit")
+    p.add_argument(
+        "--no-preset",
+        action="store_true",
+        help="start from the dataclass defaults, not the environment's preset (orin_rl/presets.py)",
+    )
+
+
+def _export_flags(p: argparse.ArgumentParser) -> None:
+    """The flags of `orin-rl export`."""
+    p.add_argument("run_dir", type=Path, help="run folder written by orin-rl train")
+    p.add_argument("--out", type=Path, help="bundle folder (default: RUN_DIR/bundle)")
+    p.add_argument("--opset", type=int, default=17, help="ONNX opset (default 17)")
+    p.add_argument("--batch", default="dynamic", help="'dynamic' or a fixed batch size")
+    p.add_argument("--fp16", action="store_true", help="fp16 weights and maths (fp32 I/O)")
+    p.add_argument("--int8", action="store_true", help="also write a Q/DQ int8 model")
+    p.add_argument("--no-clip", action="store_true", help="do not clip continuous actions")
+
+
+def _build_flags(p: argparse.ArgumentParser) -> None:
+    """The flags of `orin-rl build`."""
+    p.add_argument("source", type=Path, help="bundle folder, policy.json or an .onnx file")
+    p.add_argument("--recipe", type=Path, help="engines/NAME.yaml (flags override it)")
+    p.add_argument(
+        "--precision",
+        choices=["fp32", "fp16", "int8"],
+        help="engine precision (int8: calibrated on the bundle's observations, or its Q/DQ "
+        "model on TensorRT 11)",
+    )
+    p.add_argument("--dla", type=int, metavar="CORE", help="build for DLA core CORE")
+    p.add_argument(
+        "--gpu-fallback",
+        action="store_true",
+        default=None,
+        help="with --dla: layers the DLA cannot run go to the GPU (else the build fails)",
+    )
+    p.add_argument("--batch", metavar="MIN,OPT,MAX", help="optimisation profile, e.g. 1,1,1")
+    p.add_argument("--workspace", type=int, metavar="MB", help="builder workspace (MiB)")
+    p.add_argument("--timing-cache", metavar="FILE", help="timing cache to reuse and update")
+    p.add_argument(
+        "--version-compatible",
+        action="store_true",
+        default=None,
+        help="an engine later TensorRT releases of the same major version can load",
+    )
+    p.add_argument("--calib", metavar="RUN_DIR|BUNDLE|NPZ", help="int8 calibration data")
+    p.add_argument("--out", type=Path, help="engine file (default engines/NAME-PRECISION.engine)")
+
+
+def _run_flags(p: argparse.ArgumentParser) -> None:
+    """The flags of `orin-rl run`."""
+    p.add_argument(
+        "--model",
+        required=True,
+        type=Path,
+        help="bundle, engine, run folder, or one .onnx file of a bundle (policy.int8.onnx)",
+    )
+    p.add_argument(
+        "--backend",
+        default="auto",
+        choices=["auto", "onnxruntime", "tensorrt", "torch"],
+        help="inference backend (auto: times those the model and machine allow, keeps the "
+        "lowest p99)",
+    )
+    p.add_argument(
+        "--precision",
+        choices=["fp32", "fp16", "int8"],
+        help="run the bundle's model of this precision on ONNX Runtime (int8: policy.int8.onnx "
+        "from orin-rl export --int8)",
+    )
+    p.add_argument("--device", default="cpu", help="cpu or cuda")
+    p.add_argument("--env", help="gymnasium id (default: the one the bundle was trained on)")
+    p.add_argument("--env-kwargs", metavar="JSON", help=ENV_KWARGS_HELP + "; default: training's")
+    p.add_argument(
+        "--rate", type=float, default=100.0, help="loop rate in Hz (0: as fast as possible)"
+    )
+    p.add_argument("--steps", type=int, default=1000, help="loop iterations")
+    p.add_argument("--report", type=Path, help="write the JSON report here")
+    p.add_argument("--histogram", type=Path, help="write a latency histogram PNG here")
+    p.add_argument("--cpu", type=int, help="pin the loop to this CPU")
+    p.add_argument("--fifo", type=int, metavar="PRIO", help="SCHED_FIFO priority (needs root)")
+    p.add_argument(
+        "--mlock", action="store_true", help="lock the process's memory (no page faults in a tick)"
+    )
+    p.add_argument(
+        "--safe-on-overrun", action="store_true", help="actuate the safe action on overrun"
+    )
+    _add_backend_options(p)
+
+
+def _eval_flags(p: argparse.ArgumentParser) -> None:
+    """The flags of `orin-rl eval`."""
+    p.add_argument("model", type=Path, help="run folder, bundle folder or engine file")
+    p.add_argument(
+        "--episodes", type=int, default=10, metavar="N", help="episodes to run (default 10)"
+    )
+    p.add_argument(
+        "--seed", type=int, default=0, metavar="S", help="episode i starts from seed S + i"
+    )
+    p.add_argument("--env", help="gymnasium id (default: the one the policy was trained on)")
+    p.add_argument("--env-kwargs", metavar="JSON", help=ENV_KWARGS_HELP + "; default: training's")
+    p.add_argument(
+        "--backend",
+        default="auto",
+        choices=["auto", "onnxruntime", "tensorrt", "torch"],
+        help="inference backend (auto: the lowest p99 of those available)",
+    )
+    p.add_argument(
+        "--precision",
+        choices=["fp32", "fp16", "int8"],
+        help="evaluate the bundle's model of this precision on ONNX Runtime (int8: Q/DQ)",
+    )
+    p.add_argument("--device", default="cpu", help="inference device: cpu or cuda")
+    p.add_argument(
+        "--stochastic",
+        action="store_true",
+        help="sample actions from the policy's distribution (run folders: needs checkpoint.pt)",
+    )
+    p.add_argument("--render", action="store_true", help="show the episodes in a window")
+    p.add_argument(
+        "--video", type=Path, metavar="DIR", help="write one MP4 per episode into DIR (moviepy)"
+    )
+    p.add_argument("--report", type=Path, metavar="FILE", help="write the results as JSON here")
+
+
+def _bench_flags(p: argparse.ArgumentParser) -> None:
+    """The flags of `orin-rl bench`."""
+    p.add_argument("--model", required=True, help="bundle, engine, run folder, or cnn-seed")
+    p.add_argument(
+        "--backends",
+        default="onnxruntime,torch",
+        help="comma list of backends to time: onnxruntime, torch, tensorrt (default: "
+        "onnxruntime,torch)",
+    )
+    p.add_argument("--device", default="cpu", help="where the backends run: cpu or cuda")
+    p.add_argument("--batch", default="1,128", help="comma list of batch sizes")
+    p.add_argument(
+        "--iters",
+        type=int,
+        default=1000,
+        help="timed calls per backend and batch size, after a warm-up (default 1000)",
+    )
+    p.add_argument("--threads", type=int, default=1, help="CPU threads for ONNX Runtime / torch")
+    p.add_argument("--out", type=Path, default=Path("bench/infer"), help="output prefix")
+    _add_backend_options(p)
+
+
+def _doctor_flags(p: argparse.ArgumentParser) -> None:
+    """The flags of `orin-rl doctor`."""
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--selftest", action="store_true", help="build and run tiny TensorRT engines")
+
+
+def _demo_flags(p: argparse.ArgumentParser) -> None:
+    """The flags of `orin-rl demo`."""
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=Path("runs/demo-cartpole"),
+        help="run folder (default runs/demo-cartpole)",
+    )
+    p.add_argument(
+        "--device", default="cpu", choices=["auto", "cpu", "cuda"], help="learner device"
+    )
+    p.add_argument("--rate", type=float, default=500.0, help="control-loop rate for the run step")
+    p.add_argument("--steps", type=int, default=2000, help="control-loop iterations")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing demo folder")
+
+
+def _plant_server_flags(p: argparse.ArgumentParser) -> None:
+    """The flags of `orin-rl plant-server`."""
+    p.add_argument("--env", default="Pendulum-v1", help="gymnasium id (default Pendulum-v1)")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=5555, help="UDP port (default 5555)")
+    p.add_argument("--max-episode-steps", type=int, help="override the env's time limit")
+
+
+COMMANDS = [
+    (
+        "train",
+        train_flags,
+        "train a policy (PPO, SAC or DQN) into a run folder",
+        (
+            "Train a PPO, SAC or DQN policy on a gymnasium or GPU-native environment "
+            "into a run folder (config.yaml, checkpoint.pt, metrics, curve.png, summary.json). "
+            "Settings: defaults < the environment's preset < --config < flags < --set. Ctrl-C "
+            "stops with a checkpoint; --resume DIR continues."
+        ),
+    ),
+    (
+        "export",
+        _export_flags,
+        "turn a run folder into a verified ONNX deploy bundle",
+        (
+            "Export the deterministic policy (normaliser folded in) to ONNX, check it "
+            "and compare it with PyTorch through ONNX Runtime."
+        ),
+    ),
+    (
+        "build",
+        _build_flags,
+        "build a TensorRT engine (+ sidecar) from a bundle",
+        "Build a TensorRT engine for this board. Needs TensorRT (JetPack).",
+    ),
+    (
+        "run",
+        _run_flags,
+        "run a policy in a real-time control loop around a gymnasium env",
+        (
+            "Close the loop: sensor -> infer -> actuate at a fixed rate, with latency "
+            "statistics, deadline misses and a safe action. Works without PyTorch."
+        ),
+    ),
+    (
+        "eval",
+        _eval_flags,
+        "evaluate a policy for N seeded episodes: return and length statistics",
+        (
+            "Run N episodes of a run folder, bundle or engine on gymnasium's own "
+            "environment (also for policies trained on GPU physics), episode i from seed S + i as "
+            "the trainer's evaluation does; print return mean/std/min/max and episode lengths. "
+            "summary.json's final evaluation used seeds from train.seed + 2**30 (--seed "
+            "1073741825 for the default train.seed 1)."
+        ),
+    ),
+    (
+        "bench",
+        _bench_flags,
+        "compare the inference backends on one model",
+        (
+            "Time infer() of each backend on one model in one process, per batch "
+            "size: mean / p50 / p99 latency, throughput and memory; writes JSON, a Markdown table "
+            "and a bar chart."
+        ),
+    ),
+    (
+        "doctor",
+        _doctor_flags,
+        "what this machine offers, with next steps",
+        (
+            "Check this machine for what orin_rl can use (CPU, GPU, CUDA, torch, "
+            "ONNX Runtime, TensorRT, Jetson board and power mode) and say what to install next."
+        ),
+    ),
+    (
+        "demo",
+        _demo_flags,
+        "train -> export -> run on CartPole-v1, one summary table",
+        (
+            "The whole chain on CartPole-v1 with its preset: train until solved, "
+            "export the bundle, run it in the control loop; one summary table."
+        ),
+    ),
+    (
+        "plant-server",
+        _plant_server_flags,
+        "serve a gymnasium env as a UDP plant for `train --online --plant udp://...`",
+        (
+            "Run a gymnasium environment as a plant in its own process, speaking the "
+            "UDP protocol of orin_rl/runners/plant_udp.py: the worked example of a robot adapter "
+            "(docs/online.md). Stops on a close request or Ctrl-C."
+        ),
+    ),
+]
+"""(name, flags, one-line help, description) of each command, in --help's order."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``orin-rl`` argument parser."""
+    parser = argparse.ArgumentParser(
+        prog="orin-rl",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"orin-rl {__version__}")
+    parser.add_argument("--debug", action="store_true", help="full tracebacks on errors")
+    parser.add_argument("-q", "--quiet", action="store_true", help="warnings and errors only")
+    sub = parser.add_subparsers(dest="command", required=True, title="commands", metavar="COMMAND")
+    for name, flags, help_line, description in COMMANDS:
+        flags(sub.add_parser(name, help=help_line, description=description))
+    return parser

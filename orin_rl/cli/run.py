@@ -1,0 +1,63 @@
+"""``orin-rl run``: a policy in the real-time control loop."""
+
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+
+from orin_rl.cli.common import (
+    UsageError,
+    _backend_options,
+    env_kwargs_arg,
+)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """``orin-rl run`` (torch-free unless the torch backend is chosen)."""
+    from orin_rl.runtime.run import run_policy
+
+    if args.rate < 0:
+        raise UsageError(f"--rate must be >= 0 (0: as fast as possible), got {args.rate:g}")
+    if args.steps <= 0:
+        raise UsageError(f"--steps must be positive, got {args.steps}")
+    loop = {
+        "cpu": args.cpu,
+        "fifo_priority": args.fifo,
+        "lock_memory": args.mlock,
+        "safe_action_on_overrun": args.safe_on_overrun,
+    }
+    report = run_policy(
+        args.model,
+        args.backend,
+        args.env,
+        args.rate,
+        args.steps,
+        args.device,
+        args.report,
+        args.histogram,
+        loop_options=loop,
+        backend_options=_backend_options(args, batch=1),  # the loop feeds one observation
+        env_kwargs=env_kwargs_arg(args.env_kwargs),
+        precision=args.precision,
+    )
+    lat = report["latency_us"]
+    returns = report["episode_returns"]
+    mean_return = (
+        f"{np.mean(returns):.1f} over {len(returns)} episodes" if returns else "no episode ended"
+    )
+    where = report.get("provider") or report.get("mode") or ""
+    if report.get("precision"):
+        where += f", {report['precision']}"
+    print(f"backend      {report['backend']} ({where})")
+    print(f"iterations   {report['iterations']} at {args.rate:g} Hz")
+    print(
+        f"latency µs   p50 {lat['p50']:.1f}  p99 {lat['p99']:.1f}  "
+        f"p99.9 {lat['p999']:.1f}  max {lat['max']:.1f}"
+    )
+    print(
+        f"misses       {report['deadline_misses']} deadline, {report['overruns']} overruns, "
+        f"{report['non_finite_events']} non-finite"
+    )
+    print(f"return       {mean_return}")
+    return 0
