@@ -28,27 +28,8 @@ import torch
 from tqdm import tqdm
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def ensure_peer_venv(venv: Path) -> Path:
-    """Create the SB3 venv (same torch version as ours) unless it exists; return its python."""
-    python = venv / "bin" / "python"
-    if not python.exists():
-        torch_version = torch.__version__.split("+")[0]
-        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-        subprocess.run(
-            [
-                str(python),
-                "-m",
-                "pip",
-                "install",
-                "-q",
-                "stable-baselines3",
-                f"torch=={torch_version}",
-            ],
-            check=True,
-        )
-    return python
+sys.path.insert(0, str(Path(__file__).parent))
+from train_bench_common import ensure_peer_venv  # noqa: E402
 
 
 def run_ours(seed: int, workdir: Path) -> dict:
@@ -216,13 +197,11 @@ def main() -> None:
                         help="gpu suite: a copy of ../shared/peers/purejaxrl")  # fmt: skip
     args = parser.parse_args()
     if args.suite == "offpolicy":
-        sys.path.insert(0, str(Path(__file__).parent))
         from bench_train_offpolicy import main as offpolicy_main
 
         offpolicy_main(args)
         return
     if args.suite == "gpu":
-        sys.path.insert(0, str(Path(__file__).parent))
         from bench_train_gpu import main as gpu_main
 
         gpu_main(args)

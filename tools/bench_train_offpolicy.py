@@ -21,6 +21,7 @@ from pathlib import Path
 
 import torch
 from tqdm import tqdm
+from train_bench_common import ensure_peer_venv
 
 ROOT = Path(__file__).resolve().parents[1]
 ENVS = {"sac": "Pendulum-v1", "dqn": "CartPole-v1"}
@@ -57,8 +58,6 @@ def _median(rows: list[dict], key: str) -> float | None:
 
 
 def main(args) -> None:
-    from bench_train import ensure_peer_venv
-
     python = ensure_peer_venv(args.peer_venv)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
