@@ -49,8 +49,6 @@ import torch
 from tqdm.auto import tqdm
 
 from orin_rl import jetson
-from orin_rl.algorithms.dqn import DQN
-from orin_rl.algorithms.sac import SAC
 from orin_rl.runners.logger import MetricsLogger
 from orin_rl.runners.off_policy import OffPolicyRunner
 from orin_rl.runners.online_actor import Actor, WeightMailbox
@@ -104,11 +102,6 @@ class OnlineRunner(OffPolicyRunner):
             )
         super().__init__(cfg, run_dir, resume=resume, progress=progress, state=state)
         cfg = self.cfg
-        if not isinstance(self.algo, SAC | DQN):
-            raise OnlineError(
-                "online learning runs SAC (continuous actions) or DQN (discrete); "
-                "pass --algo sac or --algo dqn"
-            )
         self.algo_cfg = getattr(cfg, cfg.train.algo)
         """The algorithm's config section (learning_starts, batch_size, gamma)."""
         if cfg.env.num_envs != 1:
@@ -127,6 +120,14 @@ class OnlineRunner(OffPolicyRunner):
         self._base_episodes = getattr(self, "_base_episodes", 0)
         self._actor: Actor | None = None
         self._pending_due = False  # the learner has updates due (for the stall check)
+
+    def _rollout_steps(self) -> int:
+        if self.cfg.train.algo not in ("sac", "dqn"):  # before anything is built
+            raise OnlineError(
+                "online learning runs SAC (continuous actions) or DQN (discrete); "
+                "pass --algo sac or --algo dqn"
+            )
+        return super()._rollout_steps()
 
     # the actor reads these ------------------------------------------------------------
     def env_steps_total(self) -> int:

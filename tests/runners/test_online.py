@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from orin_rl import config as config_mod
-from orin_rl.algorithms.sac import QNetwork, squashed_gaussian
+from orin_rl.algorithms.sac import SAC, QNetwork, squashed_gaussian
 from orin_rl.checkpoint import load_checkpoint
 from orin_rl.config import Config, ConfigError
 from orin_rl.runners import online, online_actor, train, verdict
@@ -363,7 +363,7 @@ def _assert_one_step_each(replay) -> None:
 def test_actor_holds_the_safe_action_while_the_learner_stalls(tmp_path, monkeypatch):
     plant = _HangingPlant(hang_at=-1, hang_s=0)
     monkeypatch.setattr(online, "make_plant", lambda *a, **k: plant)
-    real_step = online.SAC._step
+    real_step = SAC._step
     calls = {"n": 0}
 
     def stalling_step(self, batch):
@@ -372,7 +372,7 @@ def test_actor_holds_the_safe_action_while_the_learner_stalls(tmp_path, monkeypa
             time.sleep(0.6)  # the learner hangs (a GPU fault, a lock) while data comes in
         return real_step(self, batch)
 
-    monkeypatch.setattr(online.SAC, "_step", stalling_step)
+    monkeypatch.setattr(SAC, "_step", stalling_step)
     cfg = online_cfg(
         **{
             "train.total_steps": 500,
