@@ -91,6 +91,13 @@ class PPOConfig:
     """Normalised rewards are clipped to +-reward_clip."""
     hidden_sizes: list[int] = field(default_factory=lambda: [64, 64])
     """Hidden layer widths of the actor and the critic MLPs."""
+    critic_hidden_sizes: list[int] | None = None
+    """Hidden widths of the critic where they differ from the actor's (None: hidden_sizes)."""
+    desired_kl: float | None = None
+    """rsl_rl's adaptive learning rate (``schedule="adaptive"``): after each minibatch the rate
+    is divided by 1.5 when the approximate KL to the behaviour policy exceeds 2 * desired_kl,
+    and multiplied by 1.5 when it is below desired_kl / 2 (kept within 1e-5 and 1e-2); computed
+    on the device (no host read, CUDA graphs keep working). None: fixed or annealed rate."""
     activation: Literal["tanh", "relu", "elu"] = "tanh"
     """Activation of the hidden layers."""
     init_log_std: float = 0.0
@@ -503,6 +510,16 @@ def validate(cfg: Config) -> None:
         raise ConfigError(f"train.algo {cfg.train.algo}: --num-agents is PPO-only")
     if cfg.train.algo == "dqn" and cfg.train.cuda_graphs:
         raise ConfigError("train.cuda_graphs: PPO and SAC only (DQN's target copy is a branch)")
+    if cfg.ppo.desired_kl is not None:
+        if not cfg.ppo.desired_kl > 0:
+            raise ConfigError(f"ppo.desired_kl: must be positive, got {cfg.ppo.desired_kl}")
+        if cfg.ppo.anneal_lr:
+            raise ConfigError(
+                "ppo.desired_kl (adaptive learning rate) and ppo.anneal_lr both set the rate: "
+                "set ppo.anneal_lr=false"
+            )
+        if cfg.train.num_agents > 1:
+            raise ConfigError("ppo.desired_kl: not supported with train.num_agents > 1")
     if cfg.train.num_agents > 1 and cfg.ppo.target_kl is not None:
         raise ConfigError("ppo.target_kl: not supported with train.num_agents > 1; set it to null")
     if cfg.batch_size % cfg.ppo.num_minibatches:

@@ -177,7 +177,12 @@ class _Sampler:
     def __call__(self, batch: np.ndarray) -> np.ndarray:
         torch, policy, spec = self.torch, self.policy, self.spec
         with torch.inference_mode():
-            obs = policy.normalize(torch.from_numpy(batch))
+            obs = torch.from_numpy(batch)
+            if spec.obs_groups is not None:  # the actor's group: placed in a full vector
+                full = torch.zeros(obs.shape[0], *spec.obs_shape, dtype=obs.dtype)
+                full[:, slice(*spec.obs_groups["actor"])] = obs
+                obs = full
+            obs = policy.normalize(obs)
             if self.algo == "sac":
                 from orin_rl.algorithms.sac import squashed_gaussian
 

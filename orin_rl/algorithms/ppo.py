@@ -78,7 +78,13 @@ class PPO:
         a device tensor, gradients are zeroed in place, and there is no KL early stop."""
         # The fused kernel (CPU and CUDA) does the whole Adam step in one op: on a small policy
         # the per-parameter loop of the default implementation costs more than the maths.
-        lr = torch.tensor(cfg.learning_rate, device=device) if capturable else cfg.learning_rate
+        # A device tensor where a graph or the adaptive schedule updates it in place.
+        adaptive = cfg.desired_kl is not None
+        lr = (
+            torch.tensor(cfg.learning_rate, device=device)
+            if capturable or adaptive
+            else cfg.learning_rate
+        )
         self.optimizer = torch.optim.Adam(
             policy.parameters(), lr=lr, eps=1e-5, fused=True, capturable=capturable
         )
@@ -175,7 +181,10 @@ class PPO:
 
     # ------------------------------------------------------------------ update verb
     def learning_rate(self) -> float:
-        """Learning rate for the current iteration (linear decay to 0 when annealing)."""
+        """Learning rate for the current iteration (linear decay to 0 when annealing; the
+        adaptive schedule's current value)."""
+        if self.cfg.desired_kl is not None:
+            return float(self.optimizer.param_groups[0]["lr"])
         if not self.cfg.anneal_lr:
             return self.cfg.learning_rate
         frac = 1.0 - self.iteration / max(self.num_iterations, 1)
@@ -226,7 +235,9 @@ class PPO:
         means = (self._loss_sums / num_updates).tolist()
         stats = {f"losses/{name}": value for name, value in zip(LOSS_NAMES, means, strict=True)}
         stats["losses/epochs"] = float(epochs_done)
-        stats["charts/learning_rate"] = lr
+        stats["charts/learning_rate"] = (
+            self.learning_rate() if self.cfg.desired_kl is not None else lr
+        )
         return stats
 
     loss_scale = 1.0
@@ -249,6 +260,9 @@ class PPO:
             values, mb.values, mb.returns, cfg.clip_coef if cfg.clip_value_loss else None
         )
         ent = entropy.mean()
+        if cfg.desired_kl is not None:  # before the step, from this forward pass (rsl_rl)
+            with torch.no_grad():
+                self._adapt_learning_rate(approx_kl(logprobs, mb.logprobs))
         loss = self.loss_scale * (pg_loss - cfg.ent_coef * ent + cfg.vf_coef * v_loss)
         # A captured graph keeps its gradient tensors: zero them in place instead of freeing.
         self.optimizer.zero_grad(set_to_none=not self.capturable)
@@ -263,6 +277,18 @@ class PPO:
                 ((logprobs - mb.logprobs).exp().sub(1.0).abs() > cfg.clip_coef).float().mean()
             )
         return pg_loss, v_loss, ent, kl, clip_frac
+
+    def _adapt_learning_rate(self, kl: torch.Tensor) -> None:
+        """rsl_rl's adaptive schedule, on the device: lr / 1.5 when KL > 2 * desired_kl, lr *
+        1.5 when 0 < KL < desired_kl / 2, kept within [1e-5, 1e-2]."""
+        desired = self.cfg.desired_kl
+        lr = self.optimizer.param_groups[0]["lr"]
+        lower = torch.clamp(lr / 1.5, min=1e-5)
+        higher = torch.clamp(lr * 1.5, max=1e-2)
+        new = torch.where(kl > 2.0 * desired, lower, lr)
+        new = torch.where((kl < 0.5 * desired) & (kl > 0.0), higher, new)
+        for group in self.optimizer.param_groups:
+            group["lr"].copy_(new)
 
     # ------------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict:
@@ -283,7 +309,7 @@ class PPO:
         """Restore what ``state_dict`` saved."""
         self.policy.load_state_dict(state["policy"])
         self.optimizer.load_state_dict(state["optimizer"])
-        if self.capturable:  # keep the learning rate a device tensor the graph reads
+        if self.capturable or self.cfg.desired_kl is not None:  # keep it a device tensor
             for group in self.optimizer.param_groups:
                 group["lr"] = torch.as_tensor(group["lr"], device=self.device).clone()
         if state.get("scaler"):

@@ -43,6 +43,24 @@ class PolicySpec:
     squash: bool = False
     """Tanh-squashed Gaussian (SAC): the actor outputs (mean, log_std) and the deterministic
     action is tanh(mean) scaled to the action bounds."""
+    obs_groups: dict[str, list[int]] | None = None
+    """Asymmetric actor-critic: where the ``actor`` and the ``critic`` inputs lie in the flat
+    observation, as [start, stop) (an env's ``VecEnv.obs_groups``); None: both read all of it.
+    The deployed policy takes the actor's part only."""
+    critic_hidden_sizes: list[int] | None = None
+    """Hidden widths of the critic when they differ from the actor's (None: hidden_sizes)."""
+
+    def group_dim(self, role: str) -> int:
+        """Input width of the ``actor`` or the ``critic``."""
+        if self.obs_groups is None:
+            return int(np.prod(self.obs_shape))
+        start, stop = self.obs_groups[role]
+        return stop - start
+
+    @property
+    def deploy_obs_shape(self) -> list[int]:
+        """The observation the deployed policy takes: the actor's group, or the whole one."""
+        return list(self.obs_shape) if self.obs_groups is None else [self.group_dim("actor")]
 
     @classmethod
     def from_spaces(
@@ -97,11 +115,14 @@ class ActorCritic(nn.Module):
         if spec.activation not in ACTIVATIONS:
             raise ValueError(f"activation {spec.activation!r} not in {sorted(ACTIVATIONS)}")
         self.spec = spec
-        obs_dim = int(np.prod(spec.obs_shape))
         self.discrete = spec.action_kind == "discrete"
         out_dim = 2 * spec.action_dim if spec.squash else spec.action_dim
-        self.actor = mlp(obs_dim, spec.hidden_sizes, out_dim, spec.activation, 0.01)
-        self.critic = mlp(obs_dim, spec.hidden_sizes, 1, spec.activation, 1.0)
+        critic_hidden = spec.critic_hidden_sizes or spec.hidden_sizes
+        self.actor = mlp(spec.group_dim("actor"), spec.hidden_sizes, out_dim, spec.activation, 0.01)
+        self.critic = mlp(spec.group_dim("critic"), critic_hidden, 1, spec.activation, 1.0)
+        groups = spec.obs_groups
+        self._actor_part = slice(*groups["actor"]) if groups else slice(None)
+        self._critic_part = slice(*groups["critic"]) if groups else slice(None)
         if not self.discrete:
             self.log_std = nn.Parameter(torch.full((spec.action_dim,), spec.init_log_std))
         self.obs_normalizer = (
@@ -118,14 +139,14 @@ class ActorCritic(nn.Module):
 
     def distribution(self, obs: torch.Tensor) -> Categorical | DiagGaussian:
         """Action distribution for normalised ``obs`` (batch, *obs_shape)."""
-        out = self.actor(obs.flatten(1)).float()  # fp32 heads under autocast
+        out = self.actor(obs.flatten(1)[:, self._actor_part]).float()  # fp32 heads (autocast)
         if self.discrete:
             return Categorical(out)
         return DiagGaussian(out, self.log_std)
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
         """(batch,) V(s) for normalised ``obs``; under autocast the value head stays fp32."""
-        x = obs.flatten(1)
+        x = obs.flatten(1)[:, self._critic_part]
         if not torch.is_autocast_enabled(x.device.type):
             return self.critic(x).squeeze(-1)
         hidden = self.critic[:-1](x)
@@ -148,7 +169,9 @@ class ActorCritic(nn.Module):
     def act_deterministic(self, obs: torch.Tensor) -> torch.Tensor:
         """The distribution's mode (argmax / mean; squashed: the scaled tanh of the mean)."""
         if self.spec.squash:
-            mean = self.actor(obs.flatten(1)).float()[:, : self.spec.action_dim]
+            mean = self.actor(obs.flatten(1)[:, self._actor_part]).float()[
+                :, : self.spec.action_dim
+            ]
             return squash_to_bounds(mean, self.spec.action_low, self.spec.action_high)
         return self.distribution(obs).mode()
 

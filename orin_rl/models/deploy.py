@@ -32,10 +32,12 @@ class DeterministicPolicy(nn.Module):
             self.actor = self.actor.half()
         norm = policy.obs_normalizer
         self.has_norm = norm is not None
-        if norm is not None:
-            scale = torch.rsqrt(norm.var + norm.eps).float()
-            self.register_buffer("obs_mean", norm.mean.float().clone())
-            self.register_buffer("obs_scale", scale)
+        if norm is not None:  # asymmetric: the actor's part of the normaliser
+            part = slice(*spec.obs_groups["actor"]) if spec.obs_groups else slice(None)
+            scale = torch.rsqrt(norm.var + norm.eps).float().flatten()[part]
+            shape = spec.deploy_obs_shape
+            self.register_buffer("obs_mean", norm.mean.float().flatten()[part].reshape(shape))
+            self.register_buffer("obs_scale", scale.reshape(shape))
             self.norm_clip = float(norm.clip)
         self.squash = spec.squash
         self.action_dim = spec.action_dim

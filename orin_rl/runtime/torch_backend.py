@@ -110,7 +110,7 @@ class TorchBackend(Backend):
 
         policy, spec, _ = load_policy(run_dir)
         discrete = spec.action_kind == "discrete"
-        obs = TensorSpec("obs", ["batch", *spec.obs_shape], "float32")
+        obs = TensorSpec("obs", ["batch", *spec.deploy_obs_shape], "float32")
         action = TensorSpec(
             "action",
             ["batch"] if discrete else ["batch", spec.action_dim],

@@ -83,6 +83,37 @@ class TestUpdate:
         algo.iteration = 5
         assert algo.learning_rate() == pytest.approx(5e-4)
 
+    @pytest.mark.parametrize(
+        ("kl", "want"),
+        [(0.05, 1e-3 / 1.5), (0.001, 1.5e-3), (0.01, 1e-3), (0.0, 1e-3)],
+        ids=["above 2x: / 1.5", "below half: x 1.5", "in band: kept", "zero: kept"],
+    )
+    def test_adaptive_learning_rate_follows_rsl_rls_rule(self, kl, want):
+        """desired_kl 0.01: KL > 0.02 divides by 1.5, 0 < KL < 0.005 multiplies by 1.5."""
+        _, algo = self._algo(learning_rate=1e-3, anneal_lr=False, desired_kl=0.01)
+        algo._adapt_learning_rate(torch.tensor(kl))
+        assert algo.learning_rate() == pytest.approx(want, rel=1e-6)
+
+    def test_adaptive_learning_rate_stays_within_its_bounds(self):
+        _, algo = self._algo(learning_rate=9e-3, anneal_lr=False, desired_kl=0.01)
+        algo._adapt_learning_rate(torch.tensor(1e-4))
+        assert algo.learning_rate() == pytest.approx(1e-2)  # 1.35e-2 capped
+        algo.optimizer.param_groups[0]["lr"].fill_(1.2e-5)
+        algo._adapt_learning_rate(torch.tensor(1.0))
+        assert algo.learning_rate() == pytest.approx(1e-5)  # 8e-6 floored
+
+    def test_adaptive_learning_rate_moves_during_an_update_and_is_logged(self):
+        """A huge desired_kl: every minibatch's KL is below half of it. The first of the 4
+        minibatch steps sees the behaviour policy itself (KL exactly 0: kept, as in rsl_rl),
+        the other 3 multiply the rate by 1.5; the log shows the end value, and the next
+        iteration starts from it (anneal_lr off)."""
+        torch.manual_seed(0)
+        env, algo = self._algo(learning_rate=1e-4, anneal_lr=False, desired_kl=10.0)
+        self._rollout(env, algo)
+        stats = algo.update()
+        assert stats["charts/learning_rate"] == pytest.approx(1e-4 * 1.5**3, rel=1e-5)
+        assert algo.set_learning_rate() == pytest.approx(1e-4 * 1.5**3, rel=1e-5)
+
     def test_target_kl_stops_early(self):
         torch.manual_seed(0)
         env, algo = self._algo(target_kl=1e-12, learning_rate=1e-2)

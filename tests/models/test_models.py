@@ -98,3 +98,33 @@ class TestRewardNormalizer:
             stacked(torch.cat((r, r)), torch.cat((end, end)))
         assert torch.allclose(ranks.stats.var, stacked.stats.var)
         assert ranks.stats.count == stacked.stats.count == 12
+
+
+def test_asymmetric_actor_critic_reads_its_groups_and_deploys_the_actors(rng):
+    """obs_groups: the actor sees its slice only, the critic its own; the deployed policy
+    takes the actor's group, normaliser folded for those columns, and acts as the policy."""
+    import gymnasium as gym
+
+    from orin_rl.models.deploy import DeterministicPolicy
+
+    obs_space = gym.spaces.Box(-np.inf, np.inf, (5 + 7,), np.float32)
+    act_space = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
+    groups = {"actor": [0, 5], "critic": [5, 12]}
+    spec = PolicySpec.from_spaces(obs_space, act_space, obs_groups=groups, normalize_obs=True,
+                                  hidden_sizes=[16], critic_hidden_sizes=[8, 8])  # fmt: skip
+    policy = ActorCritic(spec)
+    assert policy.actor[0].in_features == 5 and policy.critic[0].in_features == 7
+    assert [m.out_features for m in policy.critic if hasattr(m, "out_features")] == [8, 8, 1]
+    obs = torch.from_numpy(rng.normal(size=(64, 12)).astype(np.float32)) * 3 + 1
+    policy.normalize(obs, update=True)
+    x = policy.normalize(obs)
+    critic_changed, actor_changed = x.clone(), x.clone()
+    critic_changed[:, 5:] += 1.0
+    actor_changed[:, :5] += 1.0
+    assert torch.equal(policy.act_deterministic(critic_changed), policy.act_deterministic(x))
+    assert torch.equal(policy.value(actor_changed), policy.value(x))
+    assert not torch.equal(policy.act_deterministic(actor_changed), policy.act_deterministic(x))
+    assert not torch.equal(policy.value(critic_changed), policy.value(x))
+    deployed = DeterministicPolicy(policy, clip_actions=False)
+    assert spec.deploy_obs_shape == [5]
+    torch.testing.assert_close(deployed(obs[:, :5]), policy.act_deterministic(x))
