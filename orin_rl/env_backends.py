@@ -11,16 +11,28 @@ import importlib
 from collections.abc import Callable
 from typing import Any
 
-BACKENDS: dict[str, tuple[str, str]] = {
-    "gym": ("orin_rl.envs.gym_env", "gymnasium.vector envs (any gymnasium id, module:EnvId)"),
-    "gpu": ("orin_rl.envs.gpu", "GPU-native envs stepping on the learner's device"),
-}
-"""name -> (module holding ``make_vec_env``, one line of what it is)."""
+BACKENDS: dict[str, tuple[str, str, str | None]] = {
+    "gym": ("orin_rl.envs.gym_env", "gymnasium.vector envs (any gymnasium id, module:EnvId)", None),
+    "gpu": ("orin_rl.envs.gpu", "GPU-native envs stepping on the learner's device", None),
+    "mjlab": ("orin_rl.envs.mjlab", "mjlab's robot tasks (Isaac Lab's manager API on MuJoCo Warp)",
+              "Mjlab-"),
+}  # fmt: skip
+"""name -> (module holding ``make_vec_env``, one line of what it is, the id prefix it claims)."""
 
 
 def names() -> list[str]:
     """Every registered backend name, in registration order."""
     return list(BACKENDS)
+
+
+def for_id(env_id: str, asked: str) -> str:
+    """The backend for ``env_id``: the one asked for, except that the default ``gym`` yields
+    to a backend whose id prefix ``env_id`` has (``Mjlab-...`` is mjlab's)."""
+    if asked == "gym":
+        for name, (_, _, prefix) in BACKENDS.items():
+            if prefix is not None and env_id.startswith(prefix):
+                return name
+    return asked
 
 
 def factory(name: str) -> Callable[..., Any]:

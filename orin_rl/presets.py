@@ -8,7 +8,10 @@ ones to learn on CPU physics (16 envs) or GPU physics (4,096 envs); see README "
 
 from __future__ import annotations
 
+import math
 from typing import Any
+
+from orin_rl import env_backends
 
 PRESETS: dict[str, dict[str, Any]] = {
     # The zoo's small rollouts (8 envs x 32 steps, lr 1e-3, gamma 0.98, lambda 0.8) with half
@@ -175,8 +178,57 @@ def preset_overrides(env_id: str, algo: str = "ppo", backend: str = "gym") -> di
     """The preset for ``env_id`` trained by ``algo`` on the env ``backend`` (with
     ``env.env_id`` and ``train.algo`` set), or just those two if there is none."""
     base: dict[str, Any] = {"env.env_id": env_id}
+    if env_backends.for_id(env_id, backend) == "mjlab" and algo == "ppo":
+        return {**base, **mjlab_preset(env_id)}
     if algo != "ppo":
         return {**base, "train.algo": algo, **OFF_POLICY_PRESETS.get((env_id, algo), {})}
     if backend == "gpu" and env_id in GPU_PRESETS:
         return {**base, **GPU_PRESETS[env_id]}
     return {**base, **PRESETS.get(env_id, {})}
+
+
+def mjlab_preset(env_id: str) -> dict[str, Any]:
+    """An mjlab task's own rsl_rl configuration, as orin_rl settings.
+
+    rsl_rl's value loss is the plain mean squared error where orin_rl's is half of it, so
+    ``vf_coef`` is twice rsl_rl's ``value_loss_coef``; its adaptive schedule is
+    ``ppo.desired_kl``. The total is the task's ``max_iterations`` of its own batch.
+    """
+    from orin_rl.envs.mjlab import import_mjlab, rl_config
+
+    rl = rl_config(env_id)
+    algo, actor, critic = rl.algorithm, rl.actor, rl.critic
+    num_envs = import_mjlab().load_env_cfg(env_id).scene.num_envs
+    std = (actor.distribution_cfg or {}).get("init_std", 1.0)
+    adaptive = algo.schedule == "adaptive"
+    preset: dict[str, Any] = {
+        "env.backend": "mjlab",
+        "env.num_envs": num_envs,
+        "ppo.num_steps": rl.num_steps_per_env,
+        "ppo.num_epochs": algo.num_learning_epochs,
+        "ppo.num_minibatches": algo.num_mini_batches,
+        "ppo.learning_rate": algo.learning_rate,
+        "ppo.anneal_lr": False,
+        "ppo.desired_kl": algo.desired_kl if adaptive else None,
+        "ppo.gamma": algo.gamma,
+        "ppo.gae_lambda": algo.lam,
+        "ppo.clip_coef": algo.clip_param,
+        "ppo.clip_value_loss": algo.use_clipped_value_loss,
+        "ppo.ent_coef": algo.entropy_coef,
+        "ppo.vf_coef": 2.0 * algo.value_loss_coef,
+        "ppo.max_grad_norm": algo.max_grad_norm,
+        "ppo.hidden_sizes": list(actor.hidden_dims),
+        "ppo.critic_hidden_sizes": (
+            list(critic.hidden_dims)
+            if tuple(critic.hidden_dims) != tuple(actor.hidden_dims)
+            else None
+        ),
+        "ppo.activation": actor.activation,
+        "ppo.normalize_obs": bool(actor.obs_normalization or critic.obs_normalization),
+        "ppo.init_log_std": math.log(std),
+        "train.total_steps": rl.max_iterations * rl.num_steps_per_env * num_envs,
+        "train.seed": rl.seed,
+        "train.eval_episodes": 16,
+        "train.checkpoint_every": rl.save_interval,
+    }
+    return preset

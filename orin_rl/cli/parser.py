@@ -229,6 +229,11 @@ def _run_flags(p: argparse.ArgumentParser) -> None:
         "--rate", type=float, default=100.0, help="loop rate in Hz (0: as fast as possible)"
     )
     p.add_argument("--steps", type=int, default=1000, help="loop iterations")
+    p.add_argument(
+        "--plant-device",
+        default="cpu",
+        help="where an mjlab task's world steps: cpu (Warp's CPU device) or cuda (default cpu)",
+    )
     p.add_argument("--report", type=Path, help="write the JSON report here")
     p.add_argument("--histogram", type=Path, help="write a latency histogram PNG here")
     p.add_argument("--cpu", type=int, help="pin the loop to this CPU")
@@ -329,6 +334,13 @@ def _plant_server_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-episode-steps", type=int, help="override the env's time limit")
 
 
+def _envs_flags(p: argparse.ArgumentParser) -> None:
+    """The flags of `orin-rl envs`."""
+    p.add_argument(
+        "--backend", choices=env_backends.names(), help="list one backend's ids (default: all)"
+    )
+
+
 COMMANDS = [
     (
         "train",
@@ -386,6 +398,14 @@ COMMANDS = [
             "size: mean / p50 / p99 latency, throughput and memory; writes JSON, a Markdown table "
             "and a bar chart."
         ),
+    ),
+    (
+        "envs",
+        _envs_flags,
+        "list the environment ids of each backend (gymnasium, GPU-native, mjlab tasks)",
+        "List every environment id orin-rl train --env accepts, by backend: gymnasium's "
+        "registry, the GPU-native envs (--env-backend gpu) and mjlab's robot tasks (extra "
+        "mjlab; your own task packages through ORIN_RL_MJLAB_TASKS).",
     ),
     (
         "doctor",

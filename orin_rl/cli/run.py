@@ -40,6 +40,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         backend_options=_backend_options(args, batch=1),  # the loop feeds one observation
         env_kwargs=env_kwargs_arg(args.env_kwargs),
         precision=args.precision,
+        plant_device=args.plant_device,
     )
     lat = report["latency_us"]
     returns = report["episode_returns"]
@@ -60,4 +61,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         f"{report['non_finite_events']} non-finite"
     )
     print(f"return       {mean_return}")
+    if "falls" in report:  # an mjlab task's world
+        error = report["tracking_error_vel_xy"]
+        tracking = "no episode ended" if error is None else f"{error:.3f} m/s (xy velocity)"
+        print(f"falls        {report['falls']}; tracking error {tracking}")
     return 0

@@ -32,6 +32,7 @@ def make(
     worker_timeout_s: float = 60.0,
     env_kwargs: dict[str, Any] | None = None,
     wrappers: list[str | dict[str, Any]] | None = None,
+    evaluation: bool = False,
 ) -> VecEnv:
     """Create ``num_envs`` copies of ``env_id`` as one VecEnv on ``device``.
 
@@ -47,18 +48,22 @@ def make(
         worker_timeout_s: async workers that do not answer a step within this are reported.
         env_kwargs: keyword arguments for each env's constructor (gym backend).
         wrappers: config ``env.wrappers`` entries applied to each env (gym backend).
+        evaluation: the batch evaluates a policy (mjlab: the task's play configuration).
+
+    A ``gym`` request for an id another backend claims (``Mjlab-*``) goes to that backend.
     """
     from orin_rl import env_backends
     from orin_rl.env_factory import EnvMakeError
 
     if num_envs <= 0:
         raise EnvError(f"num_envs must be positive, got {num_envs}")
+    backend = env_backends.for_id(env_id, backend)
     try:
         make_vec_env = env_backends.factory(backend)
     except EnvMakeError as exc:
         raise EnvError(str(exc)) from None
     options = EnvOptions(seed, vectorization, max_episode_steps, worker_timeout_s, env_kwargs,
-                         wrappers)  # fmt: skip
+                         wrappers, evaluation)  # fmt: skip
     return make_vec_env(env_id, num_envs, device, options)
 
 

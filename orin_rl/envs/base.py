@@ -33,6 +33,9 @@ class EnvOptions:
     """Keyword arguments of each env's constructor (config ``env.kwargs``)."""
     wrappers: list[str | dict[str, Any]] | None = None
     """Config ``env.wrappers`` entries applied to each env."""
+    evaluation: bool = False
+    """The batch evaluates a policy: backends with an evaluation configuration (mjlab's
+    play mode: no randomisation) use it."""
 
 
 @dataclass
@@ -88,6 +91,12 @@ class VecEnv(ABC):
     """Set where the physics is not gymnasium's own (e.g. ``mujoco_warp``): periodic
     evaluations then run on a batch of this backend, and the final verdict also runs the
     deterministic policy on gymnasium's env as the deployed-physics check."""
+    gymnasium_twin: ClassVar[bool] = False
+    """gymnasium has this task under the same id (MuJoCo Warp's locomotion tasks): a run on
+    other physics ends with a check of its policy on gymnasium's env."""
+    obs_groups: dict[str, list[int]] | None = None
+    """Asymmetric actor-critic: where the ``actor`` and ``critic`` inputs lie in the flat
+    observation, [start, stop) (mjlab's observation groups); None: both read all of it."""
     fused_task: ClassVar[str | None] = None
     """The task id the fused PPO kernels implement for this class (``algorithms.fused``), which
     then also read its ``state``, ``elapsed`` and ``stats`` tensors; None: no fused kernels."""
@@ -122,6 +131,12 @@ class VecEnv(ABC):
         """The (num_envs, *obs_shape) observation of the current state, without stepping (the
         fused kernels step the state themselves)."""
         raise EnvError(f"{type(self).__name__} cannot observe without stepping")
+
+    def pop_log(self) -> dict[str, float]:
+        """Task-defined scalars logged since the last call (the mean of each), under the task's
+        own names (mjlab's ``Episode_Reward/*``, ``Metrics/*``); the runner adds them to
+        metrics.jsonl and TensorBoard."""
+        return {}
 
     def compile(self) -> bool:
         """``torch.compile`` the backend's own step maths where it has some (``train.compile``);

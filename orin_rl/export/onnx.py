@@ -32,7 +32,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from orin_rl import envs
+from orin_rl import env_backends, envs
 from orin_rl.bundle import BundleInfo, TensorSpec, sha256_file, write_private
 from orin_rl.checkpoint import load_policy
 from orin_rl.env_factory import ENV_CONFIG_KEYS
@@ -86,10 +86,15 @@ def record_observations(
 ) -> np.ndarray:
     """Raw observations met by the deterministic policy in its environment (count, *obs_shape)."""
     num_envs = 8
+    # mjlab's robot tasks step on the GPU where there is one (Warp's CPU kernels would compile
+    # first); everything else on the CPU, where the policy is.
+    device = "cpu"
+    if torch.cuda.is_available() and env_backends.for_id(env_id, "gym") == "mjlab":
+        device = "cuda"
     env = envs.make(
         env_id,
         num_envs,
-        "cpu",
+        device,
         max_episode_steps=max_episode_steps,
         env_kwargs=env_kwargs,
         wrappers=wrappers,
@@ -99,6 +104,7 @@ def record_observations(
         obs = env.reset(seed=seed)
         with torch.inference_mode():
             while len(rows) * num_envs < count:
+                obs = obs.cpu()
                 rows.append(obs.numpy().copy())
                 obs = env.step(policy.act_deterministic(policy.normalize(obs))).obs
     finally:
@@ -347,6 +353,8 @@ def export_bundle(
         env_cfg.get("kwargs"),
         env_cfg.get("wrappers"),
     )
+    if spec.obs_groups is not None:  # the deployed policy reads the actor's group only
+        recorded = recorded[:, slice(*spec.obs_groups["actor"])]
     observations = np.concatenate(
         [recorded, random_observations(recorded, parity_observations, seed)]
     )
@@ -354,7 +362,7 @@ def export_bundle(
         observations = observations[: len(observations) // batch * batch]
 
     module = DeterministicPolicy(policy, clip_actions, fp16=fp16).eval()
-    model = _to_onnx(module, spec.obs_shape, batch, opset, discrete)
+    model = _to_onnx(module, spec.deploy_obs_shape, batch, opset, discrete)
     model_bytes = model.SerializeToString()
     session = _session(model_bytes)
     reference = _torch_outputs(DeterministicPolicy(policy, clip_actions).eval(), observations)
@@ -379,7 +387,7 @@ def export_bundle(
         inputs=inputs,
         outputs=outputs,
         action_space=_action_space(spec),
-        normalizer=_normalizer(policy),
+        normalizer=_normalizer(policy, spec),
         parity_max_abs_error=errors["max_abs_error"],
         parity={
             **errors,
@@ -449,14 +457,15 @@ def _action_space(spec: PolicySpec) -> dict[str, Any]:
     }
 
 
-def _normalizer(policy: ActorCritic) -> dict[str, Any] | None:
+def _normalizer(policy: ActorCritic, spec: PolicySpec) -> dict[str, Any] | None:
     norm = policy.obs_normalizer
     if norm is None:
         return None
+    part = slice(*spec.obs_groups["actor"]) if spec.obs_groups else slice(None)
     return {
         "folded_into_graph": True,
-        "mean": norm.mean.tolist(),
-        "var": norm.var.tolist(),
+        "mean": norm.mean.flatten()[part].tolist(),
+        "var": norm.var.flatten()[part].tolist(),
         "eps": norm.eps,
         "clip": norm.clip,
     }

@@ -232,6 +232,7 @@ class Runner(Evaluation, ABC):
                     if episode_returns:
                         record["charts/episode_return_mean"] = statistics.fmean(episode_returns)
                         bar.set_postfix(ret=f"{record['charts/episode_return_mean']:.1f}")
+                    record.update(self.env.pop_log())  # the task's own scalars (mjlab)
                     record.update(self._memory_stats())
                     evaluated = cfg.train.eval_every and it % cfg.train.eval_every == 0
                     if evaluated and self.is_main:
@@ -321,6 +322,9 @@ class Runner(Evaluation, ABC):
             self, elapsed, start_step, session_time, stop_reason, eval_returns, per_rank
         )
         if not report["interrupted"]:
+            eval_log = self._eval_log()
+            if eval_log:  # what the task logged in the verdict (mjlab: the tracking error)
+                report["eval_log"] = eval_log
             report.update(self._gym_eval())
         report.update(self._summary_extra(session_time))
         summary.write(self.run_dir, report, self.cfg.env.env_id)

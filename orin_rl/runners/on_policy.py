@@ -49,7 +49,14 @@ class OnPolicyRunner(Runner):
             normalize_obs=cfg.ppo.normalize_obs,
             init_log_std=cfg.ppo.init_log_std,
             obs_clip=cfg.ppo.obs_clip,
+            obs_groups=self.env.obs_groups,
+            critic_hidden_sizes=cfg.ppo.critic_hidden_sizes,
         )
+        if self.num_agents > 1 and self.policy_spec.obs_groups is not None:
+            raise OrinError(
+                f"{cfg.env.env_id} has actor and critic observation groups; train.num_agents > 1 "
+                "takes one observation for both: train the agents one by one"
+            )
         self.policy = (
             BatchedActorCritic(self.policy_spec, self.num_agents)
             if self.num_agents > 1

@@ -67,6 +67,7 @@ class Evaluation:
         self.eval_time_s += time.perf_counter() - started
         record["eval/return_mean"] = statistics.fmean(returns)
         record["eval/return_std"] = statistics.pstdev(returns)
+        record.update(self._eval_log())
         solved = self.threshold is not None and record["eval/return_mean"] >= self.threshold
         self.solved_streak = self.solved_streak + 1 if solved else 0
         if solved and self.solved_at is None:
@@ -144,13 +145,14 @@ class Evaluation:
                 self.device,
                 backend=cfg.env.backend,
                 max_episode_steps=cfg.env.max_episode_steps,
+                evaluation=True,
             )
         return self._eval_envs
 
     def _gym_eval(self) -> dict[str, Any]:
         """The deployed-physics check of a run on other physics: the same deterministic policy
         on gymnasium's own (CPU) env."""
-        if not self.eval_on_training_physics:
+        if not (self.eval_on_training_physics and self.env.gymnasium_twin):
             return {}
         cfg = self.cfg
         self.policy.eval()
@@ -170,6 +172,13 @@ class Evaluation:
             "gym_eval_return_mean": statistics.fmean(returns),
             "gym_eval_return_std": statistics.pstdev(returns),
         }
+
+    def _eval_log(self) -> dict[str, float]:
+        """What the evaluation batch's task logged (mjlab: the velocity-tracking error), as
+        ``eval/<name>``."""
+        if self._eval_envs is None:
+            return {}
+        return {f"eval/{k}": v for k, v in self._eval_envs.pop_log().items()}
 
     def _best_agent(self) -> int | None:
         """The agent with the best final evaluation (None for a single agent)."""

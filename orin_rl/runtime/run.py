@@ -52,6 +52,24 @@ class EnvDriver:
             obs, _ = self.env.reset()
         self.obs[0] = obs
 
+    def report(self) -> dict[str, Any]:
+        """What the plant adds to the run's report (a gymnasium env: its returns only)."""
+        return {}
+
+
+def make_driver(
+    env_id: str, seed: int, env_config: dict[str, Any], plant_device: str = "cpu"
+) -> Any:
+    """The plant of ``orin-rl run``: a gymnasium env, or one world of an mjlab task (which
+    brings torch with it: mjlab is torch code; the policy still runs torch-free)."""
+    from orin_rl import env_backends
+
+    if env_backends.for_id(env_id, "gym") == "mjlab":
+        from orin_rl.envs.mjlab import MjlabDriver
+
+        return MjlabDriver(env_id, seed, env_config, plant_device)
+    return EnvDriver(env_id, seed, env_config)
+
 
 def run_policy(
     model: str | Path,
@@ -67,6 +85,7 @@ def run_policy(
     backend_options: dict[str, Any] | None = None,
     env_kwargs: dict[str, Any] | None = None,
     precision: str | None = None,
+    plant_device: str = "cpu",
 ) -> dict[str, Any]:
     """Run ``steps`` loop iterations; return (and optionally write) the report.
 
@@ -74,6 +93,7 @@ def run_policy(
     The env is made as in training (the bundle's time limit, kwargs and wrappers) when it is
     the policy's own; ``env_kwargs`` replace the constructor's keyword arguments.
     ``precision`` (``int8``, ``fp16``) runs that model of the bundle on ONNX Runtime.
+    ``plant_device``: where an mjlab task's world steps (gymnasium envs step on the CPU).
     """
     from orin_rl import bundle as bundle_mod
 
@@ -85,7 +105,7 @@ def run_policy(
     env_config = dict(env_config) if env_id == trained_on else {}
     if env_kwargs is not None:
         env_config["kwargs"] = env_kwargs
-    driver = EnvDriver(env_id, seed, env_config)
+    driver = make_driver(env_id, seed, env_config, plant_device)
     _check_fits(runner, driver, env_id)
     safe = _safe_action(runner)
     runner.safe_action = safe
@@ -107,6 +127,7 @@ def run_policy(
         **result.to_dict(),
         "episode_returns": driver.returns,
         "non_finite_events": runner.non_finite_events,
+        **driver.report(),
     }
     if getattr(runner, "auto_timings", None):
         out["auto_timings"] = runner.auto_timings

@@ -80,6 +80,7 @@ class MuJoCoWarpEnv(DeviceState):
     graph_safe: ClassVar[bool] = True
     """Warp launches on torch's stream (or a recorded Warp graph): a step can be captured."""
     eval_physics: ClassVar[str | None] = "mujoco_warp"
+    gymnasium_twin: ClassVar[bool] = True
 
     def __init__(
         self,

@@ -1,0 +1,351 @@
+"""mjlab's robot tasks (Isaac Lab's manager API on MuJoCo Warp) as an orin_rl VecEnv.
+
+``--env Mjlab-Velocity-Flat-Unitree-Go1`` (any id in mjlab's task registry, a user's own
+registered task package included) runs the task's own code unchanged: its rewards,
+terminations, curricula, events and commands. The adapter only
+
+- concatenates the ``actor`` and ``critic`` observation groups into one vector and declares
+  where each lies (``obs_groups``), so the rollout storage keeps both and the policy's actor
+  reads its group while the critic reads the privileged one (asymmetric actor-critic);
+- steps the task with mjlab's own ``env.step`` (auto-reset, so every number is mjlab's: the
+  same draws in the same order), and keeps the terminal observation of the worlds that time
+  out, for bootstrapping: just before mjlab resets them, the observation groups are computed
+  from the final physics state (a ``forward``, without advancing any history, delay or
+  command timer) with torch's generators forked, so mjlab's random stream is untouched (a
+  command term shows the command of the step's start: a heading-driven yaw command is
+  updated after the reset point, by a few 1e-3 in the Go1 test);
+- keeps episode returns and mjlab's ``extras["log"]`` scalars (``Episode_Reward/*``,
+  ``Metrics/*``, ``Curriculum/*``, ``Episode_Termination/*``) on the device until a log reads
+  them.
+
+Evaluation batches use the task's play configuration (no randomisation), cut at the training
+configuration's episode length (play episodes never time out).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import math
+import os
+from typing import Any, ClassVar
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from orin_rl.envs.base import EnvError, EnvOptions, StepResult, VecEnv
+from orin_rl.envs.gpu.base import EpisodeStats
+
+log = logging.getLogger(__name__)
+
+PREFIX = "Mjlab-"
+"""mjlab's task ids start with this; ``envs.make`` sends them to this backend."""
+INSTALL_HINT = "install the mjlab extra: pip install 'orin-rl[mjlab]'"
+ACTOR_GROUPS = ("actor", "policy")
+"""Observation group the policy reads (mjlab 1.6 names it ``actor``; older tasks ``policy``)."""
+CRITIC_GROUP = "critic"
+TASK_PACKAGES_ENV = "ORIN_RL_MJLAB_TASKS"
+"""Comma-separated modules imported before the registry is read: a user's own task packages
+(each calls ``mjlab.tasks.registry.register_mjlab_task``)."""
+
+
+@functools.cache
+def import_mjlab() -> Any:
+    """mjlab's task registry, after importing mjlab's tasks and the user's task packages.
+
+    A missing mjlab (or one of its packages) is one line naming the extra to install."""
+    os.environ.setdefault("MUJOCO_GL", "disable")  # no display is needed to train or run
+    os.environ.setdefault("WANDB_MODE", "disabled")
+    try:
+        import warp as wp
+
+        if not log.isEnabledFor(logging.DEBUG):  # no banner, no per-module compile lines
+            wp.config.log_level = wp.LOG_WARNING
+        with _quiet():
+            import mjlab.tasks  # noqa: F401  # registers mjlab's own tasks
+            from mjlab.tasks import registry
+    except ImportError as exc:
+        raise EnvError(f"mjlab tasks need mjlab ({exc}); {INSTALL_HINT}") from None
+    import importlib
+
+    for module in filter(None, os.environ.get(TASK_PACKAGES_ENV, "").split(",")):
+        try:
+            importlib.import_module(module.strip())
+        except ImportError as exc:
+            raise EnvError(f"{TASK_PACKAGES_ENV}: cannot import {module!r} ({exc})") from None
+    return registry
+
+
+def _quiet():
+    """mjlab prints its managers' tables and seeds to stdout: into the debug log instead."""
+    import contextlib
+    import io
+
+    if log.isEnabledFor(logging.DEBUG):
+        return contextlib.nullcontext()
+    return contextlib.redirect_stdout(io.StringIO())
+
+
+def task_ids() -> list[str]:
+    """Every task id in mjlab's registry (mjlab's and the user's packages')."""
+    return import_mjlab().list_tasks()
+
+
+def check_task(env_id: str) -> None:
+    """An unknown id is one line naming the command that lists the known ones."""
+    if env_id not in task_ids():
+        raise EnvError(
+            f"{env_id!r} is not a registered mjlab task; `orin-rl envs --backend mjlab` lists "
+            f"them (a task package of your own: set {TASK_PACKAGES_ENV}=your.module)"
+        )
+
+
+def rl_config(env_id: str) -> Any:
+    """The task's rsl_rl runner configuration (network sizes, PPO settings)."""
+    check_task(env_id)
+    return import_mjlab().load_rl_cfg(env_id)
+
+
+class MjlabVecEnv(VecEnv):
+    """One mjlab ``ManagerBasedRlEnv`` of ``num_envs`` worlds behind the VecEnv contract."""
+
+    eval_physics: ClassVar[str | None] = "mjlab"
+
+    def __init__(
+        self,
+        env_id: str,
+        num_envs: int,
+        device: torch.device | str,
+        options: EnvOptions | None = None,
+    ):
+        options = options or EnvOptions()
+        registry = import_mjlab()
+        check_task(env_id)
+        from mjlab.envs import ManagerBasedRlEnv
+
+        self.env_id = env_id
+        self.device = torch.device(device)
+        self.num_envs = num_envs
+        train_cfg = registry.load_env_cfg(env_id)
+        cfg = registry.load_env_cfg(env_id, play=options.evaluation)
+        step_dt = cfg.sim.mujoco.timestep * cfg.decimation
+        if options.max_episode_steps is not None:
+            cfg.episode_length_s = options.max_episode_steps * step_dt
+        elif options.evaluation:  # play episodes never end by time: cut them as training does
+            cfg.episode_length_s = train_cfg.episode_length_s
+        cfg.scene.num_envs = num_envs
+        if options.seed is not None:
+            cfg.seed = options.seed
+        self.cfg = cfg
+        self.step_dt = step_dt
+        self.max_episode_steps = math.ceil(cfg.episode_length_s / step_dt)
+        try:
+            with _quiet():
+                self.env = ManagerBasedRlEnv(cfg=cfg, device=str(self.device))
+        except Exception as exc:  # a task's own set-up failing (a tracking task's motion file)
+            first = (str(exc).splitlines() or [""])[0][:300]
+            raise EnvError(
+                f"{env_id}: mjlab could not build the task ({type(exc).__name__}: {first}); a "
+                "tracking task needs its motion file configured in its task package"
+            ) from None
+        self._groups = self._observation_groups()
+        dims = {name: self.env.observation_manager.group_obs_dim[g] for name, g in self._groups}
+        actor_dim, critic_dim = (int(np.prod(dims[k])) for k in ("actor", "critic"))
+        self.obs_groups = {"actor": [0, actor_dim], "critic": [actor_dim, actor_dim + critic_dim]}
+        """Where each group lies in the concatenated observation: [start, stop)."""
+        self.observation_space = gym.spaces.Box(
+            -np.inf, np.inf, (actor_dim + critic_dim,), np.float32
+        )
+        act_dim = self.env.action_manager.total_action_dim
+        # As mjlab's rsl_rl wrapper: actions clamped to +-clip_actions where the task asks.
+        self.clip_actions = registry.load_rl_cfg(env_id).clip_actions
+        bound = np.inf if self.clip_actions is None else float(self.clip_actions)
+        self.action_space = gym.spaces.Box(-bound, bound, (act_dim,), np.float32)
+        self._check_no_delays()
+        self._in_step = False
+        self._terminal: torch.Tensor | None = None
+        reset_idx = self.env._reset_idx
+
+        def reset_with_terminal_obs(env_ids: torch.Tensor | None = None) -> None:
+            if self._in_step:  # the auto-reset inside env.step: keep what the worlds reached
+                self._terminal = self._terminal_obs()
+            reset_idx(env_ids)
+
+        self.env._reset_idx = reset_with_terminal_obs
+        self.stats = EpisodeStats(num_envs, self.device)
+        self._log_sum: dict[str, torch.Tensor] = {}
+        self._log_count: dict[str, int] = {}
+        self._seeded = options.seed is not None
+
+    def _observation_groups(self) -> list[tuple[str, str]]:
+        """(role, mjlab group) for the actor and the critic; a task the policy cannot read is
+        one line."""
+        manager = self.env.observation_manager
+        groups = dict(manager.group_obs_dim)
+        actor = next((g for g in ACTOR_GROUPS if g in groups), None)
+        if actor is None:
+            raise EnvError(
+                f"{self.env_id}: no observation group named {' or '.join(ACTOR_GROUPS)} (it has "
+                f"{', '.join(groups) or 'none'}); orin_rl's policy reads the actor group"
+            )
+        critic = CRITIC_GROUP if CRITIC_GROUP in groups else actor
+        for role, group in (("actor", actor), ("critic", critic)):
+            if not manager.group_obs_concatenate[group] or len(groups[group]) != 1:
+                raise EnvError(
+                    f"{self.env_id}: observation group {group!r} ({role}) has shape "
+                    f"{groups[group]}; orin_rl's MLP policy needs one flat vector per group"
+                )
+        return [("actor", actor), ("critic", critic)]
+
+    def _check_no_delays(self) -> None:
+        """A delayed observation term cannot be read twice in a step without advancing its
+        buffer: such a task's terminal observation cannot be taken (one line)."""
+        manager = self.env.observation_manager
+        for _, group in self._groups:
+            for cfg in manager._group_obs_term_cfgs[group]:
+                if cfg.delay_max_lag > 0:
+                    raise EnvError(
+                        f"{self.env_id}: observation group {group!r} has a delayed term; orin_rl "
+                        "cannot take its terminal observation without advancing the delay"
+                    )
+
+    def _terminal_obs(self) -> torch.Tensor:
+        """The groups' observation of the current physics state, changing nothing of mjlab's:
+        no history or delay advanced, torch's generators forked (observation noise draws)."""
+        devices = []
+        if self.device.type == "cuda":
+            devices = [
+                self.device.index if self.device.index is not None else torch.cuda.current_device()
+            ]
+        with torch.random.fork_rng(devices=devices):
+            self.env.sim.forward()  # derived quantities of the final state (step's docstring)
+            self.env.sim.sense()
+            manager = self.env.observation_manager
+            groups = {g: manager.compute_group(g, update_history=False) for _, g in self._groups}
+        return self._concat(groups)
+
+    def _concat(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
+        """(num_envs, actor_dim + critic_dim): the actor group, then the critic group."""
+        return torch.cat([obs[g].float() for _, g in self._groups], dim=-1)
+
+    # ------------------------------------------------------------------ VecEnv contract
+    def reset(self, seed: int | None = None) -> torch.Tensor:
+        """Reset every world (mjlab seeds its generators when ``seed`` is given)."""
+        if self._seeded and seed is None:
+            seed = self.cfg.seed
+        self._seeded = False
+        with _quiet():  # mjlab prints the seed
+            obs, _ = self.env.reset(seed=seed)
+        self.stats.restart()
+        return self._concat(obs)
+
+    def step(self, actions: torch.Tensor) -> StepResult:
+        """mjlab's ``step``, then ``reset(env_ids=...)`` of the worlds whose episode ended."""
+        actions = actions.to(self.device)
+        if self.clip_actions is not None:
+            actions = torch.clamp(actions, -self.clip_actions, self.clip_actions)
+        self._terminal, self._in_step = None, True
+        try:
+            obs, reward, terminated, truncated, extras = self.env.step(actions)
+        finally:
+            self._in_step = False
+        # mjlab hands out its own buffers, which the next step overwrites: copies.
+        reward, terminated, truncated = (
+            reward.float().clone(),
+            terminated.clone(),
+            truncated.clone(),
+        )
+        next_obs = self._concat(obs)
+        done = terminated | truncated
+        final_obs = next_obs
+        if self._terminal is not None:
+            final_obs = torch.where(done.unsqueeze(-1), self._terminal, next_obs)
+        self.stats.record(reward, done)
+        self._accumulate(extras.get("log", {}))
+        return StepResult(next_obs, reward, terminated, truncated, final_obs)
+
+    def _accumulate(self, log_items: dict[str, Any]) -> None:
+        """Add a step's logged scalars to the running sums (device adds, no host read)."""
+        for key, value in log_items.items():
+            value = torch.as_tensor(value, dtype=torch.float64, device=self.device)
+            if value.numel() != 1:
+                continue
+            self._log_sum[key] = self._log_sum.get(key, 0.0) + value.reshape(())
+            self._log_count[key] = self._log_count.get(key, 0) + 1
+
+    def pop_log(self) -> dict[str, float]:
+        """Means of mjlab's logged scalars since the last call, under mjlab's own names."""
+        out = {k: float(v) / self._log_count[k] for k, v in self._log_sum.items()}
+        self._log_sum, self._log_count = {}, {}
+        return out
+
+    def pop_episode_stats(self) -> tuple[list[float], list[int]]:
+        """See ``EpisodeStats.pop``."""
+        return self.stats.pop()
+
+    def close(self) -> None:
+        self.env.close()
+
+
+class MjlabDriver:
+    """One world of an mjlab task's play configuration as the control loop's sensor and
+    actuator (``orin-rl run --env Mjlab-...``): the actor group's observation in, the
+    policy's raw action out (the task's action terms scale and offset it, as in training).
+
+    Reports episode returns, falls (terminations other than the time limit) and the task's
+    velocity-tracking error (``Metrics/twist/error_vel_xy``, mean over the episodes).
+    """
+
+    def __init__(
+        self,
+        env_id: str,
+        seed: int = 0,
+        env_config: dict[str, Any] | None = None,
+        device: str = "cpu",
+    ):
+        steps = (env_config or {}).get("max_episode_steps")
+        options = EnvOptions(seed=seed, max_episode_steps=steps, evaluation=True)
+        self.env = MjlabVecEnv(env_id, 1, device, options)
+        self._actor = slice(*self.env.obs_groups["actor"])
+        self.obs = self.env.reset()[:, self._actor].cpu().numpy().astype(np.float32)
+        self.returns: list[float] = []
+        self.falls = 0
+        self._ret = 0.0
+        self._log: list[dict[str, float]] = []
+
+    def sensor(self) -> np.ndarray:
+        """(1, actor_dim) observation the policy acts on."""
+        return self.obs
+
+    def actuate(self, action: np.ndarray) -> None:
+        """Step the world with ``action`` (1, action_dim)."""
+        step = self.env.step(torch.as_tensor(action, dtype=torch.float32))
+        self._ret += float(step.reward[0])
+        if bool(step.terminated[0] | step.truncated[0]):
+            self.returns.append(self._ret)
+            self._ret = 0.0
+            self.falls += int(step.terminated[0] & ~step.truncated[0])
+            self._log.append(self.env.pop_log())
+        self.obs[:] = step.obs[:, self._actor].cpu().numpy()
+
+    def report(self) -> dict[str, Any]:
+        """Falls and the tracking error of the finished episodes (what ``orin-rl run`` adds)."""
+        errors = [e["Metrics/twist/error_vel_xy"] for e in self._log
+                  if "Metrics/twist/error_vel_xy" in e]  # fmt: skip
+        return {
+            "falls": self.falls,
+            "tracking_error_vel_xy": float(np.mean(errors)) if errors else None,
+        }
+
+
+def make_vec_env(
+    env_id: str, num_envs: int, device: torch.device | str, options: EnvOptions
+) -> MjlabVecEnv:
+    """The ``mjlab`` backend (``orin_rl.env_backends``)."""
+    if options.kwargs or options.wrappers:
+        raise EnvError(
+            "env.kwargs and env.wrappers apply to gymnasium envs; an mjlab task is configured "
+            "in its own package: drop them"
+        )
+    return MjlabVecEnv(env_id, num_envs, device, options)

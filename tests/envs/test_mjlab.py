@@ -1,0 +1,239 @@
+"""mjlab's robot tasks through orin_rl, on Warp's CPU device here (CUDA on the H200).
+
+The adapter must not change the task: its step is held against mjlab's own auto-reset
+``env.step`` from the same seed (rewards, flags, observations after the resets).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+if os.environ.get("ORIN_RL_REQUIRE_MJLAB") == "1":  # CI: the mjlab extra must be there
+    import mjlab  # noqa: F401
+else:
+    pytest.importorskip("mjlab", reason="needs the mjlab extra: pip install -e '.[mjlab]'")
+
+from orin_rl import envs
+from orin_rl.envs.base import EnvError, EnvOptions
+from orin_rl.envs.mjlab import MjlabVecEnv, import_mjlab, task_ids
+from tests.conftest import HAS_CUDA
+
+GO1 = "Mjlab-Velocity-Flat-Unitree-Go1"
+N = 4
+EPISODE = 5
+"""Steps per episode in these tests: every env times out at steps 5, 10, 15."""
+
+
+def _actions(steps: int, dim: int, seed: int = 0) -> list[torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    return [0.5 * torch.randn(N, dim, generator=g) for _ in range(steps)]
+
+
+def _mjlab_rollout(device: str, actions: list[torch.Tensor]) -> list[tuple]:
+    """mjlab's own env (auto-reset on), seeded as ours: (obs, reward, terminated, truncated)."""
+    from mjlab.envs import ManagerBasedRlEnv
+
+    registry = import_mjlab()
+    cfg = registry.load_env_cfg(GO1)
+    cfg.scene.num_envs = N
+    cfg.seed = 3
+    cfg.episode_length_s = EPISODE * cfg.sim.mujoco.timestep * cfg.decimation
+    env = ManagerBasedRlEnv(cfg=cfg, device=device)
+    obs, _ = env.reset(seed=3)
+    out = []
+    for a in actions:
+        obs, reward, terminated, truncated, _ = env.step(a.to(device))
+        flat = torch.cat([obs["actor"], obs["critic"]], dim=-1)
+        # clones: mjlab overwrites these buffers at the next step (.cpu() of a CPU tensor is it)
+        out.append(
+            (flat.cpu(), reward.cpu().clone(), terminated.cpu().clone(), truncated.cpu().clone())
+        )
+    env.close()
+    return out
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_the_adapters_step_is_mjlabs_step(device):
+    """Same seed, same actions: our step gives mjlab's own auto-reset step's rewards, flags
+    and observations, bit for bit, through three rounds of resets (taking the terminal
+    observation changes nothing of mjlab's)."""
+    ours = MjlabVecEnv(GO1, N, device, EnvOptions(seed=3, max_episode_steps=EPISODE))
+    actions = _actions(3 * EPISODE + 2, ours.action_space.shape[0])
+    ours.reset()
+    got = [ours.step(a) for a in actions]
+    ours.close()
+    want = _mjlab_rollout(device, actions)
+    # Warp's CPU kernels are deterministic: bit for bit. On CUDA mjlab is not bit-reproducible
+    # even against itself (seen on the H200: rewards 1e-8 apart from the second step), so the
+    # first episode is held within 2e-3 (a contact force differed by 7.7e-4, 4.7e-4 relative).
+    exact = device == "cpu"
+    ended = 0
+    for t, (step, (obs, reward, terminated, truncated)) in enumerate(zip(got, want, strict=True)):
+        assert torch.equal(step.terminated.cpu(), terminated), t
+        assert torch.equal(step.truncated.cpu(), truncated), t
+        if exact:
+            assert torch.equal(step.reward.cpu(), reward.float()), t
+            assert torch.equal(step.obs.cpu(), obs.float()), t
+        elif t < EPISODE:
+            torch.testing.assert_close(step.reward.cpu(), reward.float(), rtol=2e-3, atol=2e-3)
+            torch.testing.assert_close(step.obs.cpu(), obs.float(), rtol=2e-3, atol=2e-3)
+        done = (step.terminated | step.truncated).cpu()
+        ended += int(done.sum())
+        assert torch.equal(step.final_obs.cpu()[~done], step.obs.cpu()[~done])
+    assert ended >= 3 * N  # the time-outs at steps 5, 10 and 15 were all compared
+
+
+def test_time_outs_keep_the_terminal_observation():
+    """The final observation of a timed-out world is the one mjlab's manual-reset mode returns
+    for the state it reached (play configuration: no observation noise), not its next start."""
+    from mjlab.envs import ManagerBasedRlEnv
+
+    ours = MjlabVecEnv(
+        GO1, N, "cpu", EnvOptions(seed=5, max_episode_steps=EPISODE, evaluation=True)
+    )
+    actions = _actions(EPISODE, ours.action_space.shape[0], seed=1)
+    ours.reset()
+    steps = [ours.step(a) for a in actions]
+    ours.close()
+    assert bool(steps[-1].truncated.all()) and not bool(steps[-2].truncated.any())
+    cfg = import_mjlab().load_env_cfg(GO1, play=True)
+    cfg.scene.num_envs, cfg.seed, cfg.auto_reset = N, 5, False
+    cfg.episode_length_s = EPISODE * cfg.sim.mujoco.timestep * cfg.decimation
+    env = ManagerBasedRlEnv(cfg=cfg, device="cpu")
+    env.reset(seed=5)
+    for a in actions:
+        obs, *_ = env.step(a)
+    terminal = torch.cat([obs["actor"], obs["critic"]], dim=-1).float()
+    env.close()
+    final, start = steps[-1].final_obs, steps[-1].obs
+    assert (final - start).abs().amax() > 0.1  # a reset start is not the terminal state
+    # The velocity command (the last 3 values of Go1's actor group, 45:48, and the same terms
+    # of the critic's, 93:96) is the one of the step's start: mjlab updates a heading-driven
+    # yaw command after the reset point. Every other value is the terminal state's.
+    command = torch.zeros(final.shape[-1], dtype=torch.bool)
+    command[45:48] = command[93:96] = True
+    torch.testing.assert_close(final[:, ~command], terminal[:, ~command], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(final[:, command], terminal[:, command], rtol=0, atol=1e-2)
+
+
+def test_groups_spaces_and_the_tasks_own_logs():
+    env = MjlabVecEnv(GO1, N, "cpu", EnvOptions(seed=1, max_episode_steps=3))
+    manager = env.env.observation_manager
+    actor, critic = manager.group_obs_dim["actor"][0], manager.group_obs_dim["critic"][0]
+    assert env.obs_groups == {"actor": [0, actor], "critic": [actor, actor + critic]}
+    assert env.observation_space.shape == (actor + critic,)
+    assert env.action_space.shape == (env.env.action_manager.total_action_dim,)
+    obs = env.reset()
+    assert obs.shape == (N, actor + critic) and obs.dtype == torch.float32
+    for a in _actions(3, env.action_space.shape[0]):
+        env.step(a)
+    logged = env.pop_log()
+    assert any(k.startswith("Episode_Reward/") for k in logged), logged
+    assert "Metrics/twist/error_vel_xy" in logged
+    assert all(np.isfinite(v) for v in logged.values())
+    assert env.pop_log() == {}  # popped
+    returns, lengths = env.pop_episode_stats()
+    assert lengths == [3] * N and len(returns) == N
+    env.close()
+
+
+def test_an_unknown_task_names_the_list_command():
+    assert GO1 in task_ids()
+    with pytest.raises(EnvError, match=r"orin-rl envs --backend mjlab"):
+        envs.make("Mjlab-Velocity-Flat-Unitree-Go9", 2, "cpu")
+
+
+def test_the_envs_command_lists_mjlabs_tasks():
+    proc = subprocess.run([sys.executable, "-m", "orin_rl.cli", "envs", "--backend", "mjlab"],
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert f"  {GO1}" in proc.stdout.splitlines()
+
+
+def test_a_tracking_task_without_its_motion_file_is_one_line():
+    with pytest.raises(EnvError, match=r"could not build the task .*motion file"):
+        envs.make("Mjlab-Tracking-Flat-Unitree-G1", 2, "cpu")
+
+
+def test_env_kwargs_are_refused_in_one_line():
+    with pytest.raises(EnvError, match="mjlab task is configured in its own package"):
+        envs.make(GO1, 2, "cpu", env_kwargs={"x": 1})
+
+
+def test_mjlab_ids_go_to_the_mjlab_backend_and_the_preset_is_the_tasks_rl_cfg():
+    from orin_rl.presets import preset_overrides
+
+    preset = preset_overrides(GO1)
+    rl = import_mjlab().load_rl_cfg(GO1)
+    assert preset["env.backend"] == "mjlab"
+    assert preset["ppo.hidden_sizes"] == list(rl.actor.hidden_dims)
+    assert preset["ppo.activation"] == "elu"
+    assert preset["ppo.desired_kl"] == rl.algorithm.desired_kl
+    assert preset["ppo.num_steps"] == rl.num_steps_per_env
+    assert preset["ppo.vf_coef"] == 2 * rl.algorithm.value_loss_coef  # rsl_rl's MSE has no 1/2
+
+
+def test_train_export_eval_through_the_cli(tmp_path):
+    """A few iterations of Go1 on the CPU: the task's logs in metrics.jsonl, an evaluation on
+    the play configuration with the tracking error, a bundle for the actor group only."""
+    run = tmp_path / "run"
+    cmd = [sys.executable, "-m", "orin_rl.cli", "-q"]
+    train = [*cmd, "train", "--no-progress", "--env", GO1, "--device", "cpu", "--num-envs", "4",
+             "--total-steps", "64", "--out", str(run), "--set", "ppo.num_steps=8",
+             "--set", "env.max_episode_steps=12", "--set", "train.eval_episodes=2",
+             "--set", "ppo.hidden_sizes=[32,32]", "--set", "train.tensorboard=false"]  # fmt: skip
+    proc = subprocess.run(train, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["env_backend"] == "mjlab" and summary["eval_episodes"] == 2
+    assert "eval/Metrics/twist/error_vel_xy" in summary["eval_log"]
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert any("Episode_Reward/track_linear_velocity" in r for r in records)
+    assert all(r["charts/learning_rate"] > 0 for r in records)
+    proc = subprocess.run([*cmd, "export", str(run)], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    info = json.loads((run / "bundle" / "policy.json").read_text())
+    actor_dim = 48  # Go1's actor group; the critic's 72 more values never reach the robot
+    assert info["inputs"][0]["shape"][-1] == actor_dim
+    assert len(info["normalizer"]["mean"]) == actor_dim
+    assert info["parity"]["max_rel_error"] < 1e-4
+    report = tmp_path / "run.json"
+    run = [*cmd, "run", "--model", str(run / "bundle"), "--backend", "onnxruntime",
+           "--rate", "200", "--steps", "30", "--report", str(report)]  # fmt: skip
+    proc = subprocess.run(run, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "falls" in proc.stdout and "tracking error" in proc.stdout
+    ran = json.loads(report.read_text())
+    assert ran["iterations"] == 30 and ran["falls"] >= 0
+    assert len(ran["episode_returns"]) == 2  # 30 ticks of 12-step episodes (the bundle's limit)
+    assert ran["tracking_error_vel_xy"] is not None
+
+
+@pytest.mark.skipif(HAS_CUDA, reason="the CPU box's check; the H200 runs the gpu tests")
+def test_a_missing_mjlab_names_the_extra(monkeypatch):
+    import builtins
+
+    from orin_rl.envs import mjlab as mjlab_env
+
+    real_import = builtins.__import__
+
+    def no_mjlab(name, *args, **kwargs):
+        if name.startswith("mjlab"):
+            raise ImportError(f"No module named {name!r}")
+        return real_import(name, *args, **kwargs)
+
+    mjlab_env.import_mjlab.cache_clear()
+    monkeypatch.setattr(builtins, "__import__", no_mjlab)
+    try:
+        with pytest.raises(EnvError, match=r"pip install 'orin-rl\[mjlab\]'"):
+            mjlab_env.task_ids()
+    finally:
+        monkeypatch.setattr(builtins, "__import__", real_import)
+        mjlab_env.import_mjlab.cache_clear()
