@@ -15,7 +15,7 @@ install: $(STAMP)
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check $(PIP_ARGS) -e '.[export,dev,sim]'
+	$(PY) -m pip install --quiet --disable-pip-version-check $(PIP_ARGS) -e '.[export,dev,sim,mjlab]'
 	touch $(STAMP)
 
 demo: $(STAMP)

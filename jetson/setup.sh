@@ -88,6 +88,11 @@ if [[ -z "${SKIP_SIM:-}" ]]; then
     && "$venv/bin/python" -m pip install -e "${repo}[sim]"; then
     "$venv/bin/python" -c 'import warp as wp; wp.init(); assert wp.get_cuda_device_count() > 0' \
       || echo "setup.sh: Warp installed but sees no CUDA device; set WARP_WHEEL to a build for this JetPack's CUDA" >&2
+    # mjlab's robot tasks (--env Mjlab-...): pure Python on top of Warp (mujoco 3.11 has a
+    # cp310 aarch64 wheel). SKIP_MJLAB=1 skips it. Not yet run on a board.
+    if [[ -z "${SKIP_MJLAB:-}" ]] && ! "$venv/bin/python" -m pip install -e "${repo}[mjlab]"; then
+      echo "setup.sh: mjlab not installed; the gymnasium and GPU-physics tasks still work" >&2
+    fi
   else
     echo "setup.sh: GPU physics not installed (Warp/MuJoCo Warp); everything else works: rerun with WARP_WHEEL=... or SKIP_SIM=1" >&2
   fi

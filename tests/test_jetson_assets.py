@@ -22,7 +22,13 @@ def _tool(name: str) -> str:
 
 @pytest.mark.parametrize(
     "script",
-    ["jetson/setup.sh", ".ci/run", "tools/fake_tegrastats.sh", "tools/bench_locomotion_h200.sh"],
+    [
+        "jetson/setup.sh",
+        ".ci/run",
+        "tools/fake_tegrastats.sh",
+        "tools/bench_locomotion_h200.sh",
+        "tools/h200_mjlab.sh",
+    ],
 )
 def test_shellcheck(script):
     proc = subprocess.run([_tool("shellcheck"), str(ROOT / script)], capture_output=True, text=True)
