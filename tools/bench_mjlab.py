@@ -1,0 +1,231 @@
+"""Benchmark: orin_rl against mjlab's own runner (rsl_rl) on mjlab's robot tasks, same call.
+
+For each task both trainers run in their own process, one after the other, with the same
+number of environments, seed and environment steps: mjlab's ``python -m mjlab.scripts.train``
+(rsl_rl's OnPolicyRunner) and ``orin-rl train``. Both log TensorBoard scalars with wall-clock
+times; the figures come from them and from the process walls:
+
+- steps/s over the whole loop (environment steps / time from the first to the last iteration,
+  the first iteration's warm-up excluded from neither);
+- the final mean reward (mean return of the last 100 finished episodes, both trainers' own
+  statistic) and the velocity-tracking error (``Metrics/twist/error_vel_xy``);
+- start-up: process start to the first logged iteration; wall to target: process start to the
+  first iteration at or above mjlab's final mean reward.
+
+    python tools/bench_mjlab.py --iterations 300 --peer-pythonpath /tmp/mjl:/tmp/wp
+    # writes docs/benchmarks/mjlab_h200.{json,md,png}
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+TASKS = ("Mjlab-Velocity-Flat-Unitree-Go1", "Mjlab-Velocity-Flat-Unitree-G1")
+REWARD = {"ours": "charts/episode_return_mean", "mjlab": "Train/mean_reward"}
+TRACKING = "Metrics/twist/error_vel_xy"
+
+
+def scalars(folder: Path) -> dict[str, list[tuple[float, int, float]]]:
+    """Every scalar under ``folder``'s TensorBoard events: name -> [(wall time, step, value)]."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    out: dict[str, list[tuple[float, int, float]]] = {}
+    for events in sorted(folder.rglob("events.out.tfevents.*")):
+        acc = EventAccumulator(str(events.parent), size_guidance={"scalars": 0})
+        acc.Reload()
+        for tag in acc.Tags()["scalars"]:
+            out.setdefault(tag, []).extend((e.wall_time, e.step, e.value) for e in acc.Scalars(tag))
+    return {k: sorted(v) for k, v in out.items()}
+
+
+def run(cmd: list[str], cwd: Path, env: dict[str, str], log: Path) -> tuple[float, float]:
+    """Run ``cmd``; (unix time at start, process wall seconds). Output goes to ``log``."""
+    start_unix, start = time.time(), time.perf_counter()
+    with log.open("w") as f:
+        proc = subprocess.run(cmd, cwd=cwd, env=env, stdout=f, stderr=subprocess.STDOUT)
+    wall = time.perf_counter() - start
+    if proc.returncode != 0:
+        tail = log.read_text()[-3000:]
+        raise SystemExit(f"{cmd[:4]} failed ({proc.returncode}):\n{tail}")
+    return start_unix, wall
+
+
+def summarise(name: str, series: dict, start_unix: float, wall: float, steps_per_iter: int) -> dict:
+    """Speed, final reward, tracking error and timings of one trainer's run."""
+    reward = series[REWARD[name]]
+    tracking = next((v for k, v in series.items() if k.endswith(TRACKING)), [])
+    first, last = reward[0], reward[-1]
+    # rsl_rl's TensorBoard step is the iteration, orin_rl's the environment step.
+    steps = (last[1] - first[1]) * (steps_per_iter if name == "mjlab" else 1)
+    loop_s = last[0] - first[0]
+    return {
+        "steps_per_s": steps / loop_s if loop_s > 0 else None,
+        "final_mean_reward": last[2],
+        "tracking_error": tracking[-1][2] if tracking else None,
+        "process_wall_s": round(wall, 2),
+        "startup_s": round(first[0] - start_unix, 2),
+        "curve": [(round(t - start_unix, 2), v) for t, _, v in reward],
+    }
+
+
+def wall_to(curve: list[tuple[float, float]], target: float) -> float | None:
+    return next((t for t, v in curve if v >= target), None)
+
+
+def bench_task(task: str, args, work: Path) -> dict:
+    steps = args.iterations * args.num_envs * args.steps_per_env
+    base_env = {**os.environ, "MUJOCO_GL": "disable", "WANDB_MODE": "disabled"}
+    peer_env = dict(base_env)
+    if args.peer_pythonpath:
+        peer_env["PYTHONPATH"] = args.peer_pythonpath
+    ours_env = dict(base_env)
+    if args.ours_pythonpath:
+        ours_env["PYTHONPATH"] = args.ours_pythonpath
+    slug = task.split("-")[-1].lower()
+    peer_dir = work / f"mjlab-{slug}"
+    peer_dir.mkdir()
+    peer_cmd = [sys.executable, "-m", "mjlab.scripts.train", task,
+                "--env.scene.num-envs", str(args.num_envs),
+                "--agent.max-iterations", str(args.iterations),
+                "--agent.num-steps-per-env", str(args.steps_per_env),
+                "--agent.seed", str(args.seed), "--agent.logger", "tensorboard"]  # fmt: skip
+    ours_dir = work / f"ours-{slug}"
+    ours_cmd = [sys.executable, "-m", "orin_rl.cli", "-q", "train", "--no-progress",
+                "--env", task, "--device", args.device, "--num-envs", str(args.num_envs),
+                "--total-steps", str(steps), "--seed", str(args.seed), "--out", str(ours_dir),
+                "--set", f"ppo.num_steps={args.steps_per_env}",
+                "--set", "train.eval_episodes=64", *args.ours_set]  # fmt: skip
+    row: dict = {"task": task, "num_envs": args.num_envs, "env_steps": steps}
+    results = {}
+    for name, cmd, cwd, env, logdir in (
+        ("mjlab", peer_cmd, peer_dir, peer_env, peer_dir),
+        ("ours", ours_cmd, work, ours_env, ours_dir),
+    ):
+        if name in args.skip:
+            continue
+        print(f"{task}: {name} ...", flush=True)
+        start_unix, wall = run(cmd, cwd, env, work / f"{name}-{slug}.log")
+        results[name] = summarise(
+            name, scalars(logdir), start_unix, wall, args.num_envs * args.steps_per_env
+        )
+        print(f"  {name}: {json.dumps({k: v for k, v in results[name].items() if k != 'curve'})}")
+    for name, r in results.items():
+        for key, value in r.items():
+            row[f"{name}_{key}"] = value
+    if "mjlab" in results:
+        target = results["mjlab"]["final_mean_reward"]
+        row["reward_target"] = target
+        for name, r in results.items():
+            row[f"{name}_wall_to_target_s"] = wall_to(r["curve"], target)
+    if len(results) == 2:
+        m, o = results["mjlab"], results["ours"]
+        row["steps_per_s_ratio"] = o["steps_per_s"] / m["steps_per_s"]
+        row["final_reward_ratio"] = o["final_mean_reward"] / m["final_mean_reward"]
+        if row["ours_wall_to_target_s"] and row["mjlab_wall_to_target_s"]:
+            row["wall_to_target_ratio"] = (
+                row["ours_wall_to_target_s"] / row["mjlab_wall_to_target_s"]
+            )
+        else:
+            row["wall_to_target_ratio"] = None
+    ours_summary = ours_dir / "summary.json"
+    if ours_summary.exists():
+        s = json.loads(ours_summary.read_text())
+        row["ours_eval_return_mean"] = s.get("eval_return_mean")
+        row["ours_eval_log"] = s.get("eval_log")
+    return row
+
+
+def write(rows: list[dict], out: Path, meta: dict) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.with_suffix(".json").write_text(json.dumps({**meta, "rows": rows}, indent=2) + "\n")
+    cols = ["task", "num_envs", "env_steps", "ours_steps_per_s", "mjlab_steps_per_s",
+            "steps_per_s_ratio", "ours_final_mean_reward", "mjlab_final_mean_reward",
+            "ours_tracking_error", "mjlab_tracking_error", "reward_target",
+            "ours_wall_to_target_s", "mjlab_wall_to_target_s", "ours_process_wall_s",
+            "mjlab_process_wall_s", "ours_startup_s", "mjlab_startup_s"]  # fmt: skip
+
+    def fmt(v):
+        if isinstance(v, float):
+            return f"{v:,.3g}" if abs(v) < 100 else f"{v:,.0f}"
+        return "—" if v is None else str(v)
+
+    lines = [f"# orin_rl vs mjlab's runner ({meta['machine']})", "",
+             f"`{meta['command']}`", "",
+             "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]  # fmt: skip
+    lines += ["| " + " | ".join(fmt(r.get(c)) for c in cols) + " |" for r in rows]
+    if meta.get("note"):
+        lines += ["", meta["note"]]
+    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, axes = plt.subplots(1, len(rows), figsize=(6 * len(rows), 4), squeeze=False)
+        for ax, r in zip(axes[0], rows, strict=True):
+            for name in ("ours", "mjlab"):
+                curve = r.get(f"{name}_curve")
+                if curve:
+                    t, v = zip(*curve, strict=True)
+                    ax.plot(t, v, label="orin_rl" if name == "ours" else "mjlab + rsl_rl")
+            ax.set_title(r["task"], fontsize=9)
+            ax.set_xlabel("wall time from process start (s)")
+            ax.set_ylabel("mean episode reward")
+            ax.legend()
+        fig.tight_layout()
+        fig.savefig(out.with_suffix(".png"), dpi=110)
+        plt.close(fig)
+    except Exception as exc:  # the tables stand without the picture
+        print(f"plot not written: {exc}")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--tasks", default=",".join(TASKS))
+    p.add_argument("--num-envs", type=int, default=4096)
+    p.add_argument("--iterations", type=int, default=300)
+    p.add_argument("--steps-per-env", type=int, default=24)
+    p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--device", default="cuda", help="ours: the learner's and the envs' device")
+    p.add_argument("--peer-pythonpath", help="PYTHONPATH of mjlab's process (its own mujoco)")
+    p.add_argument("--ours-pythonpath", help="PYTHONPATH of orin_rl's process")
+    p.add_argument("--ours-set", action="append", default=[], help="extra --set for ours")
+    p.add_argument("--skip", action="append", default=[], choices=["ours", "mjlab"])
+    p.add_argument("--out", type=Path, default=ROOT / "docs/benchmarks/mjlab_h200")
+    p.add_argument("--work", type=Path, help="keep the runs here (default: a temp folder)")
+    args = p.parse_args()
+    args.ours_set = [x for s in args.ours_set for x in ("--set", s)]
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        work = args.work or Path(tmp)
+        work.mkdir(parents=True, exist_ok=True)
+        for task in args.tasks.split(","):
+            rows.append(bench_task(task, args, work))
+            write(rows, args.out, _meta())
+    print(args.out.with_suffix(".md").read_text())
+
+
+def _meta() -> dict:
+    import torch
+
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
+    return {
+        "machine": f"{gpu}, {os.cpu_count()} CPU cores, {platform.python_version()}",
+        "command": "python tools/bench_mjlab.py " + " ".join(sys.argv[1:]),
+        "torch": torch.__version__,
+        "date": time.strftime("%Y-%m-%d"),
+    }
+
+
+if __name__ == "__main__":
+    main()

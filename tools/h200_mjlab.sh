@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# The H200 calls for mjlab's robot tasks (issue "Robot tasks"), after staging (GPU.md: the sim
+# wheels with stage-wheels.sh, then ../shared/peers/mjlab/stage.sh; /tmp/site and /tmp/mjl).
+#   bash tools/h200_mjlab.sh tests    the gpu tests of the runners, envs and algorithms
+#   bash tools/h200_mjlab.sh TASK N          bench_mjlab on TASK (N iterations; runs in /tmp/work)
+#   bash tools/h200_mjlab.sh TASK N deploy   export that run, run it 3,000 ticks at 50 Hz
+# orin_rl runs with mjlab's mujoco 3.11 (/tmp/mjl) in front of /tmp/site (numpy 2.4, warp);
+# mjlab's own train gets PYTHONPATH=/tmp/mjl:/tmp/wp, as its README says.
+set -uo pipefail
+export PYTHONPATH=/tmp/mjl:/tmp/site:$PWD MUJOCO_GL=disable WANDB_MODE=disabled
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT"
+if [ "$1" = tests ]; then
+  python3 -m pytest -q -m gpu -p no:cacheprovider --durations=15 tests/runners tests/envs/test_mjlab.py \
+    2>&1 | tail -45
+  exit 0
+fi
+task=$1; iters=${2:-150}; slug=$(echo "$task" | awk -F- '{print tolower($NF)}')
+run=/tmp/work/ours-$slug
+if [ "${3:-bench}" = bench ]; then
+  python3 tools/bench_mjlab.py --tasks "$task" --iterations "$iters" --peer-pythonpath /tmp/mjl:/tmp/wp \
+    --work /tmp/work --out "$OUT/mjlab_h200_$slug" 2>&1 | tail -12
+  cp /tmp/work/*.log "$run/summary.json" "$run/metrics.jsonl" "$OUT/" 2>/dev/null
+  tail -c 1200 "/tmp/work/ours-$slug.log"
+else  # deploy: export the run, then 3,000 ticks at 50 Hz on ONNX Runtime, plant on CUDA and CPU
+  python3 -m orin_rl.cli -q export "$run" 2>&1 | tail -3
+  for plant in cuda cpu; do
+    timeout 200 python3 -m orin_rl.cli run --model "$run/bundle" --backend onnxruntime --rate 50 \
+      --steps 3000 --plant-device $plant --report "$OUT/run_${slug}_$plant.json" 2>&1 | tail -6
+  done
+fi
