@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from orin_rl import env_backends
 from orin_rl.env_factory import make_env
 from orin_rl.errors import OrinError
 
@@ -43,6 +44,9 @@ class EvalResult:
     """Actions were the policy's mode (argmax / mean), not samples."""
     videos: list[str] | None = None
     """MP4 files written (``video_dir``), one per episode."""
+    task_log: dict[str, float] | None = None
+    """What the task logged, the mean over the episodes (mjlab: ``Metrics/twist/error_vel_xy``,
+    the velocity-tracking error); None for gymnasium envs."""
 
     @property
     def episodes(self) -> int:
@@ -72,7 +76,11 @@ class EvalResult:
             "return_min": min(self.returns),
             "return_max": max(self.returns),
             "length_mean": statistics.fmean(self.lengths),
-            **{k: v for k, v in asdict(self).items() if k in ("returns", "lengths", "videos")},
+            **{
+                k: v
+                for k, v in asdict(self).items()
+                if k in ("returns", "lengths", "videos", "task_log")
+            },
         }
 
     def write(self, path: str | Path) -> None:
@@ -110,7 +118,7 @@ def evaluate_policy(
         raise EvalError(f"episodes must be positive, got {episodes}")
     gym_env, env_id = _environment(policy, env, env_config, env_kwargs, render, video_dir)
     try:
-        returns, lengths = _episodes(policy, gym_env, episodes, seed, deterministic)
+        returns, lengths, logs = _episodes(policy, gym_env, episodes, seed, deterministic)
     finally:
         if gym_env is not env:  # ours to close (a caller's env stays open for the caller)
             gym_env.close()  # RecordVideo writes the last episode's file on close
@@ -118,7 +126,11 @@ def evaluate_policy(
     if video_dir is not None:
         prefix = _video_prefix(env_id)
         videos = [str(Path(video_dir) / f"{prefix}-episode-{i}.mp4") for i in range(episodes)]
-    return EvalResult(env_id, seed, returns, lengths, deterministic, videos)
+    task_log = None
+    if logs:
+        keys = sorted({k for log in logs for k in log})
+        task_log = {k: statistics.fmean(log[k] for log in logs if k in log) for k in keys}
+    return EvalResult(env_id, seed, returns, lengths, deterministic, videos, task_log)
 
 
 def _video_prefix(env_id: str) -> str:
@@ -137,6 +149,12 @@ def _environment(policy, env, env_config, env_kwargs, render: bool, video_dir) -
         raise EvalError(f"{policy.source}: the environment is unknown; pass --env ID")
     if env_config is None:
         env_config = policy.env_config if env_id == policy.env_id else {}
+    if env_backends.for_id(env_id, "gym") == "mjlab":  # one world of its play configuration
+        if render or video_dir is not None or env_kwargs:
+            raise EvalError("an mjlab task takes no --render, --video or --env-kwargs here")
+        from orin_rl.envs.mjlab import MjlabGymEnv
+
+        return MjlabGymEnv(env_id, env_config), env_id
     render_mode = None
     if video_dir is not None:
         if importlib.util.find_spec("moviepy") is None:
@@ -163,6 +181,7 @@ def _episodes(policy, env, episodes: int, seed: int, deterministic: bool):
     discrete = isinstance(space, gym.spaces.Discrete)
     returns: list[float] = []
     lengths: list[int] = []
+    logs: list[dict[str, float]] = []  # what a task logs at each episode's end (mjlab)
     try:
         for i in range(episodes):
             obs, _ = env.reset(seed=seed + i)
@@ -171,7 +190,7 @@ def _episodes(policy, env, episodes: int, seed: int, deterministic: bool):
                 action = policy.act(obs, deterministic)
                 # continuous: clipped to the Box, as the training env steps it
                 action = int(action) if discrete else np.clip(action, space.low, space.high)
-                obs, reward, terminated, truncated, _ = env.step(action)
+                obs, reward, terminated, truncated, info = env.step(action)
                 # As the trainer's evaluation sums them (its VecEnv hands rewards over as
                 # float32): the same seeds give summary.json's figures to the last digit.
                 total += float(np.float32(reward))
@@ -179,8 +198,10 @@ def _episodes(policy, env, episodes: int, seed: int, deterministic: bool):
                 done = bool(terminated or truncated)
             returns.append(total)
             lengths.append(steps)
+            if isinstance(info.get("log"), dict):
+                logs.append(info["log"])
     except gym.error.DependencyNotInstalled as exc:  # drawing frames (pygame, mujoco renderer)
         raise EvalError(
             f"rendering needs a package that is missing ({exc}): {VIDEO_HINT}"
         ) from None
-    return returns, lengths
+    return returns, lengths, logs

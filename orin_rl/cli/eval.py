@@ -44,6 +44,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
     print(f"{'':<11}{'mean':>10}{'std':>10}{'min':>10}{'max':>10}")
     print(f"{'return':<11}{r.mean():>10.1f}{r.std():>10.1f}{r.min():>10.1f}{r.max():>10.1f}")
     print(f"{'length':<11}{n.mean():>10.1f}{n.std():>10.1f}{n.min():>10d}{n.max():>10d}")
+    error = (result.task_log or {}).get("Metrics/twist/error_vel_xy")
+    if error is not None:
+        print(f"tracking     {error:.3f} m/s mean xy-velocity error")
     if result.videos:
         print(f"videos       {len(result.videos)} MP4 in {args.video}")
     return 0

@@ -288,14 +288,57 @@ class MjlabVecEnv(VecEnv):
         self.env.close()
 
 
-class MjlabDriver:
-    """One world of an mjlab task's play configuration as the control loop's sensor and
-    actuator (``orin-rl run --env Mjlab-...``): the actor group's observation in, the
-    policy's raw action out (the task's action terms scale and offset it, as in training).
+class MjlabGymEnv(gym.Env):
+    """One world of an mjlab task's play configuration as a gymnasium ``Env``: the actor
+    group's observation in, the policy's raw action out (the task's action terms scale and
+    offset it, as in training). What ``orin-rl eval`` and ``orin-rl run`` step.
 
-    Reports episode returns, falls (terminations other than the time limit) and the task's
-    velocity-tracking error (``Metrics/twist/error_vel_xy``, mean over the episodes).
+    ``reset(seed=...)`` reseeds mjlab; a step that ends an episode returns the terminal
+    observation and, in ``info["log"]``, what the task logged during the episode (the mean of
+    each: ``Metrics/twist/error_vel_xy`` is the velocity-tracking error); the next ``reset()``
+    without a seed returns the first observation of the episode the world already began.
     """
+
+    def __init__(self, env_id: str, env_config: dict[str, Any] | None = None, device: str = "cpu"):
+        steps = (env_config or {}).get("max_episode_steps")
+        options = EnvOptions(max_episode_steps=steps, evaluation=True)
+        self.vec = MjlabVecEnv(env_id, 1, device, options)
+        self._actor = slice(*self.vec.obs_groups["actor"])
+        width = self._actor.stop - self._actor.start
+        self.observation_space = gym.spaces.Box(-np.inf, np.inf, (width,), np.float32)
+        self.action_space = self.vec.action_space
+        self._next: torch.Tensor | None = None
+
+    def _actor_obs(self, obs: torch.Tensor) -> np.ndarray:
+        return obs[0, self._actor].cpu().numpy().astype(np.float32)
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        if seed is not None or self._next is None:
+            obs = self.vec.reset(seed=seed)
+            self.vec.pop_log()  # what the reset logged belongs to no episode of this one
+        else:
+            obs = self._next
+        self._next = None
+        return self._actor_obs(obs), {}
+
+    def step(self, action):
+        step = self.vec.step(torch.as_tensor(action, dtype=torch.float32).reshape(1, -1))
+        terminated, truncated = bool(step.terminated[0]), bool(step.truncated[0])
+        info: dict[str, Any] = {}
+        obs = step.obs
+        if terminated or truncated:
+            obs, self._next = step.final_obs, step.obs
+            info["log"] = self.vec.pop_log()
+        return self._actor_obs(obs), float(step.reward[0]), terminated, truncated, info
+
+    def close(self) -> None:
+        self.vec.close()
+
+
+class MjlabDriver:
+    """One world of an mjlab task as the control loop's sensor and actuator (``orin-rl run
+    --env Mjlab-...``); reports falls (terminations other than the time limit) and the task's
+    velocity-tracking error (``Metrics/twist/error_vel_xy``, mean over the episodes)."""
 
     def __init__(
         self,
@@ -304,15 +347,13 @@ class MjlabDriver:
         env_config: dict[str, Any] | None = None,
         device: str = "cpu",
     ):
-        steps = (env_config or {}).get("max_episode_steps")
-        options = EnvOptions(seed=seed, max_episode_steps=steps, evaluation=True)
-        self.env = MjlabVecEnv(env_id, 1, device, options)
-        self._actor = slice(*self.env.obs_groups["actor"])
-        self.obs = self.env.reset()[:, self._actor].cpu().numpy().astype(np.float32)
+        self.env = MjlabGymEnv(env_id, env_config, device)
+        obs, _ = self.env.reset(seed=seed)
+        self.obs = obs[None]
         self.returns: list[float] = []
         self.falls = 0
         self._ret = 0.0
-        self._log: list[dict[str, float]] = []
+        self._errors: list[float] = []
 
     def sensor(self) -> np.ndarray:
         """(1, actor_dim) observation the policy acts on."""
@@ -320,23 +361,21 @@ class MjlabDriver:
 
     def actuate(self, action: np.ndarray) -> None:
         """Step the world with ``action`` (1, action_dim)."""
-        step = self.env.step(torch.as_tensor(action, dtype=torch.float32))
-        self._ret += float(step.reward[0])
-        if bool(step.terminated[0] | step.truncated[0]):
+        obs, reward, terminated, truncated, info = self.env.step(action[0])
+        self._ret += reward
+        if terminated or truncated:
             self.returns.append(self._ret)
             self._ret = 0.0
-            self.falls += int(step.terminated[0] & ~step.truncated[0])
-            self._log.append(self.env.pop_log())
-        self.obs[:] = step.obs[:, self._actor].cpu().numpy()
+            self.falls += int(terminated and not truncated)
+            if "Metrics/twist/error_vel_xy" in info["log"]:
+                self._errors.append(info["log"]["Metrics/twist/error_vel_xy"])
+            obs, _ = self.env.reset()
+        self.obs[0] = obs
 
     def report(self) -> dict[str, Any]:
         """Falls and the tracking error of the finished episodes (what ``orin-rl run`` adds)."""
-        errors = [e["Metrics/twist/error_vel_xy"] for e in self._log
-                  if "Metrics/twist/error_vel_xy" in e]  # fmt: skip
-        return {
-            "falls": self.falls,
-            "tracking_error_vel_xy": float(np.mean(errors)) if errors else None,
-        }
+        error = float(np.mean(self._errors)) if self._errors else None
+        return {"falls": self.falls, "tracking_error_vel_xy": error}
 
 
 def make_vec_env(

@@ -205,15 +205,23 @@ def test_train_export_eval_through_the_cli(tmp_path):
     assert len(info["normalizer"]["mean"]) == actor_dim
     assert info["parity"]["max_rel_error"] < 1e-4
     report = tmp_path / "run.json"
-    run = [*cmd, "run", "--model", str(run / "bundle"), "--backend", "onnxruntime",
+    run_cmd = [*cmd, "run", "--model", str(run / "bundle"), "--backend", "onnxruntime",
            "--rate", "200", "--steps", "30", "--report", str(report)]  # fmt: skip
-    proc = subprocess.run(run, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(run_cmd, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "falls" in proc.stdout and "tracking error" in proc.stdout
     ran = json.loads(report.read_text())
     assert ran["iterations"] == 30 and ran["falls"] >= 0
     assert len(ran["episode_returns"]) == 2  # 30 ticks of 12-step episodes (the bundle's limit)
     assert ran["tracking_error_vel_xy"] is not None
+    evaluated = tmp_path / "eval.json"
+    eval_cmd = [*cmd, "eval", str(run / "bundle"), "--episodes", "2", "--report", str(evaluated)]
+    proc = subprocess.run(eval_cmd, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "tracking" in proc.stdout
+    result = json.loads(evaluated.read_text())
+    assert result["episodes"] == 2 and result["lengths"] == [12, 12]  # the bundle's time limit
+    assert result["task_log"]["Metrics/twist/error_vel_xy"] >= 0
 
 
 @pytest.mark.skipif(HAS_CUDA, reason="the CPU box's check; the H200 runs the gpu tests")
