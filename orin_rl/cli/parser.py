@@ -232,6 +232,7 @@ def _run_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--plant-device",
         default="cpu",
+        choices=["cpu", "cuda"],
         help="where an mjlab task's world steps: cpu (Warp's CPU device) or cuda (default cpu)",
     )
     p.add_argument("--report", type=Path, help="write the JSON report here")

@@ -126,6 +126,8 @@ class MjlabVecEnv(VecEnv):
 
         self.env_id = env_id
         self.device = torch.device(device)
+        if self.device.type == "cuda" and not torch.cuda.is_available():
+            raise EnvError(f"{env_id} on {device}: torch sees no CUDA GPU; use cpu (Warp's CPU)")
         self.num_envs = num_envs
         train_cfg = registry.load_env_cfg(env_id)
         cfg = registry.load_env_cfg(env_id, play=options.evaluation)
@@ -174,7 +176,7 @@ class MjlabVecEnv(VecEnv):
 
         self.env._reset_idx = reset_with_terminal_obs
         self.stats = EpisodeStats(num_envs, self.device)
-        self._log_sum: dict[str, torch.Tensor] = {}
+        self._log_sum: dict[str, torch.Tensor | float] = {}
         self._log_count: dict[str, int] = {}
         self._seeded = options.seed is not None
 
@@ -266,12 +268,16 @@ class MjlabVecEnv(VecEnv):
         return StepResult(next_obs, reward, terminated, truncated, final_obs)
 
     def _accumulate(self, log_items: dict[str, Any]) -> None:
-        """Add a step's logged scalars to the running sums (device adds, no host read)."""
+        """Add a step's logged scalars to the running sums: tensors on their device (no host
+        read), Python numbers in Python (no copy to the device)."""
         for key, value in log_items.items():
-            value = torch.as_tensor(value, dtype=torch.float64, device=self.device)
-            if value.numel() != 1:
+            if isinstance(value, torch.Tensor):
+                if value.numel() != 1:
+                    continue
+                value = value.detach().reshape(()).to(torch.float64)
+            elif not isinstance(value, int | float):
                 continue
-            self._log_sum[key] = self._log_sum.get(key, 0.0) + value.reshape(())
+            self._log_sum[key] = self._log_sum.get(key, 0.0) + value
             self._log_count[key] = self._log_count.get(key, 0) + 1
 
     def pop_log(self) -> dict[str, float]:

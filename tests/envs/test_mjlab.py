@@ -162,6 +162,12 @@ def test_a_tracking_task_without_its_motion_file_is_one_line():
         envs.make("Mjlab-Tracking-Flat-Unitree-G1", 2, "cpu")
 
 
+@pytest.mark.skipif(HAS_CUDA, reason="checks the CPU box's answer to a CUDA request")
+def test_cuda_without_a_gpu_is_one_line():
+    with pytest.raises(EnvError, match="torch sees no CUDA GPU"):
+        envs.make(GO1, 2, "cuda")
+
+
 def test_env_kwargs_are_refused_in_one_line():
     with pytest.raises(EnvError, match="mjlab task is configured in its own package"):
         envs.make(GO1, 2, "cpu", env_kwargs={"x": 1})
