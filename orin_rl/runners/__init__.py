@@ -18,9 +18,9 @@ from typing import Any
 from orin_rl import distributed
 from orin_rl.config import Config
 from orin_rl.runners.base import Runner, resolve_device
-from orin_rl.runners.run_folder import RunFolderError, uses_online
+from orin_rl.runners.run_folder import RunFolderError
 
-__all__ = ["RunFolderError", "Runner", "make_runner", "resolve_device", "train", "uses_online"]
+__all__ = ["RunFolderError", "Runner", "make_runner", "resolve_device", "train"]
 
 
 def runner_class(cfg: Config) -> type[Runner]:

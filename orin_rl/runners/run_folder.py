@@ -74,9 +74,3 @@ def trim_metrics(run_dir: Path, iteration: int) -> None:
         tmp = path.with_suffix(".jsonl.tmp")
         tmp.write_text("".join(json.dumps(r) + "\n" for r in kept))
         os.replace(tmp, path)
-
-
-def uses_online(run_dir: str | Path) -> bool:
-    """Whether the run folder holds an online run (its config.yaml says so)."""
-    path = Path(run_dir) / "config.yaml"
-    return path.exists() and config_mod.load(path).online.enabled
