@@ -63,6 +63,11 @@ def _as_specs(fields: Mapping[str, FieldSpec | tuple]) -> dict[str, FieldSpec]:
     return specs
 
 
+def _cpu_copy(tensor: torch.Tensor) -> torch.Tensor:
+    """A CPU tensor that owns its memory: one copy from any device, never a view."""
+    return tensor.to("cpu", copy=True)
+
+
 class ReplayBuffer:
     """Uniform replay over a ring of ``capacity`` transitions.
 
@@ -222,12 +227,18 @@ class ReplayBuffer:
 
     # ------------------------------------------------------------- checkpoints
     def state_dict(self) -> dict:
-        """The stored transitions (filled part only, on the CPU) and the ring position."""
+        """The stored transitions (filled part only, on the CPU) and the ring position.
+
+        Slots ``[0, size)`` hold every transition (a ring that has wrapped is full), so the
+        ring restores from them and ``pos``. Each field is a copy of its own: ``.cpu()`` of a
+        host-memory slice is a view, and ``torch.save`` writes a view's whole storage (the
+        empty capacity too); a copy also keeps the state from changing with later inserts.
+        """
         return {
             "capacity": self.capacity,
             "pos": self.pos,
             "size": self.size,
-            "fields": {n: s.tensor[: self.size].cpu() for n, s in self._store.items()},
+            "fields": {n: _cpu_copy(s.tensor[: self.size]) for n, s in self._store.items()},
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -354,10 +365,10 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         return ReplayBatch(data, index.to(self.device, copy=True), weights.to(self.device))
 
     def state_dict(self) -> dict:
-        """Transitions, ring position, and the tree's leaves and maximum priority."""
+        """Transitions, ring position, and the tree's leaves and maximum priority (copies)."""
         state = super().state_dict()
-        leaves = self.tree[self.tree_capacity : self.tree_capacity + self.size].cpu()
-        state.update(priorities=leaves, max_priority=self._max_priority.cpu())
+        leaves = _cpu_copy(self.tree[self.tree_capacity : self.tree_capacity + self.size])
+        state.update(priorities=leaves, max_priority=_cpu_copy(self._max_priority))
         return state
 
     def load_state_dict(self, state: dict) -> None:
