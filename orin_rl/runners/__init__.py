@@ -39,13 +39,19 @@ def runner_class(cfg: Config) -> type[Runner]:
 
 
 def make_runner(
-    cfg: Config | None, run_dir: str | Path, resume: bool = False, progress: bool | str = True
+    cfg: Config | None,
+    run_dir: str | Path,
+    resume: bool = False,
+    progress: bool | str = True,
+    state: dict[str, Any] | None = None,
 ) -> Runner:
-    """The runner for ``cfg``, or on ``resume`` for the config saved in the run's checkpoint."""
+    """The runner for ``cfg``, or on ``resume`` for the config saved in the run's checkpoint
+    (``state``: that checkpoint, already read by ``run_folder.resume_state``)."""
     from orin_rl import config as config_mod
     from orin_rl.runners import run_folder
 
-    state = run_folder.load_resume_state(Path(run_dir)) if resume else None
+    if resume and state is None:
+        state = run_folder.resume_state(Path(run_dir))
     if state is not None:
         cfg = config_mod.from_plain(state["config"])
     if cfg is None:
@@ -54,13 +60,20 @@ def make_runner(
 
 
 def train(
-    cfg: Config,
+    cfg: Config | None,
     run_dir: str | Path,
     resume: bool = False,
     overwrite: bool = False,
     progress: bool | str = True,
+    extend: list[str] | tuple[str, ...] = (),
+    state: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Train a policy into ``run_dir`` (see DESIGN.md: run folder) and return the summary.
+
+    ``resume`` continues the run from its checkpoint, with its config; ``extend`` changes
+    what a resume may change (``run_folder.RESUME_KEYS``: ``["train.total_steps=200000"]``
+    trains a finished run further; ``state``: that checkpoint, already read by
+    ``run_folder.resume_state``).
 
     ``progress``: True or ``"bar"`` a tqdm bar, ``"lines"`` a plain log line every 10 s (for
     logs and CI), False neither.
@@ -72,7 +85,9 @@ def train(
         run_folder.clear_for_overwrite(run_dir)
     finished = False
     try:
-        summary = make_runner(cfg, run_dir, resume=resume, progress=progress).learn()
+        if resume and state is None:
+            state = run_folder.resume_state(run_dir, extend)
+        summary = make_runner(cfg, run_dir, resume=resume, progress=progress, state=state).learn()
         finished = True
         return summary
     finally:

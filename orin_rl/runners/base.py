@@ -76,10 +76,11 @@ class Runner(Evaluation, ABC):
     ):
         self.run_dir = Path(run_dir)
         if resume and state is None:
-            state = run_folder.load_resume_state(self.run_dir)
+            state = run_folder.resume_state(self.run_dir)
         if state is not None:
             cfg = config_mod.from_plain(state["config"])
         self.cfg = cfg
+        self._config_changed = bool(state and state.get("config_changed"))
         if cfg.train.torch_threads:
             torch.set_num_threads(cfg.train.torch_threads)
         self.device = resolve_device(cfg.train.device)
@@ -358,6 +359,9 @@ class Runner(Evaluation, ABC):
             **self._extra_state(),
         }
         save_checkpoint(state, self.run_dir / "checkpoint.pt")
+        if self._config_changed:  # an extended run: config.yaml follows its checkpoint
+            config_mod.save(self.cfg, self.run_dir / "config.yaml")
+            self._config_changed = False
 
     def _algo_state(self) -> dict[str, Any]:
         return self.algo.state_dict()

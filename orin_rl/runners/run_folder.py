@@ -13,6 +13,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from orin_rl import config as config_mod
 from orin_rl.checkpoint import CheckpointError, load_checkpoint, remove_stale_temp_files
 from orin_rl.config import Config
@@ -63,6 +65,82 @@ def load_resume_state(run_dir: Path) -> dict[str, Any]:
         return load_checkpoint(ckpt)
     except CheckpointError as exc:
         raise RunFolderError(str(exc)) from None
+
+
+# What a resume may change: how long the run goes on, never what it trains.
+RESUME_KEYS = ("train.total_steps", "train.max_wall_s", "train.stop_at_threshold")
+
+
+def resume_state(run_dir: Path, changes: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
+    """The checkpoint a resume continues from, with ``changes`` (``key=value`` of RESUME_KEYS)
+    applied to its config: ``train.total_steps`` above the steps done extends a finished run.
+
+    The config is the checkpoint's; an edited config.yaml is refused rather than ignored, and
+    a finished run resumed without a longer ``total_steps`` says how to extend it."""
+    state = load_resume_state(run_dir)
+    saved = config_mod.from_plain(state["config"])
+    _check_config_file(run_dir, saved)
+    done = int(state["global_step"])
+    if not changes:
+        total = saved.train.total_steps
+        if done >= total:
+            raise RunFolderError(
+                f"{run_dir} is finished ({done:,} of train.total_steps {total:,}); "
+                f"to train it further: orin-rl train --resume {run_dir} --total-steps N "
+                f"(N > {done:,})"
+            )
+        return state
+    for change in changes:
+        key = change.partition("=")[0].strip()
+        if key not in RESUME_KEYS:
+            raise RunFolderError(
+                f"a resume keeps the run's config; it can change {', '.join(RESUME_KEYS)} "
+                f"only, not {key} (start a new run with --config {run_dir}/config.yaml)"
+            )
+    cfg = config_mod.apply_overrides(saved, list(changes))
+    if cfg.train.total_steps <= done:
+        raise RunFolderError(
+            f"{run_dir} has done {done:,} steps: --total-steps must be above that to extend it, "
+            f"got {cfg.train.total_steps:,}"
+        )
+    state["config"] = config_mod.to_dict(cfg)
+    state["config_changed"] = True  # config.yaml is rewritten with the first checkpoint
+    return state
+
+
+def _plain(cfg: Config) -> dict[str, Any]:
+    """A config as config.yaml holds it (lists, not tuples), for comparison."""
+    return yaml.safe_load(yaml.safe_dump(config_mod.to_dict(cfg)))
+
+
+def _check_config_file(run_dir: Path, saved: Config) -> None:
+    """config.yaml edited after the run started: say so instead of silently ignoring it."""
+    path = run_dir / "config.yaml"
+    if not path.is_file():
+        return
+    try:
+        on_disk = config_mod.from_dict(config_mod.read_yaml_mapping(path), Config())
+    except (OSError, config_mod.ConfigError):
+        on_disk = None
+    old = _plain(saved)
+    new = _plain(on_disk) if on_disk is not None else None
+    if new == old:
+        return
+    if new is None:
+        what = "cannot be read"
+    else:
+        diffs = [
+            f"{section}.{key}: {old[section].get(key)!r} -> {value!r}"
+            for section, fields in new.items()
+            for key, value in fields.items()
+            if old.get(section, {}).get(key) != value
+        ]
+        what = "was edited (" + "; ".join(diffs[:3]) + (" ..." if len(diffs) > 3 else "") + ")"
+    raise RunFolderError(
+        f"{path} {what}, but a resume continues with the checkpoint's config; to train longer: "
+        f"orin-rl train --resume {run_dir} --total-steps N; to train the edited config from "
+        f"scratch: orin-rl train --config {path} --out NEW_FOLDER (restore config.yaml to resume)"
+    )
 
 
 def trim_metrics(run_dir: Path, iteration: int) -> None:

@@ -69,7 +69,7 @@ def test_many_agents_on_gpu_physics_finish_with_per_agent_results(tmp_path):
 def test_resume_without_env_state_restarts_the_reward_returns(tmp_path):
     """Fresh episodes after a resume must not inherit the saved discounted returns."""
     from orin_rl.checkpoint import save_checkpoint
-    from orin_rl.runners import make_runner
+    from orin_rl.runners import make_runner, run_folder
 
     run = tmp_path / "run"
     train(_config(**{"train.total_steps": 32}), run, progress=False)
@@ -77,7 +77,8 @@ def test_resume_without_env_state_restarts_the_reward_returns(tmp_path):
     assert state["algo"]["reward_normalizer"]["returns"].abs().sum() > 0
     state["env_state"] = None  # as an async gym env or another rank would have it
     save_checkpoint(state, run / "checkpoint.pt")
-    resumed = make_runner(Config(), run, resume=True, progress=False)
+    longer = run_folder.resume_state(run, ["train.total_steps=64"])  # it finished at 32
+    resumed = make_runner(None, run, resume=True, progress=False, state=longer)
     assert torch.all(resumed.algo.reward_normalizer.returns == 0)
     resumed.env.close()
 

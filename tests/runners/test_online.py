@@ -18,7 +18,7 @@ from orin_rl import config as config_mod
 from orin_rl.algorithms.sac import SAC, QNetwork, squashed_gaussian
 from orin_rl.checkpoint import load_checkpoint
 from orin_rl.config import Config, ConfigError
-from orin_rl.runners import online, online_actor, train, verdict
+from orin_rl.runners import online, online_actor, run_folder, train, verdict
 from orin_rl.runners.logger import read_metrics
 from orin_rl.runners.online import OnlineRunner as OnlineTrainer
 from orin_rl.runners.online_actor import NumpyMLP, WeightMailbox, squashed_gaussian_np
@@ -760,9 +760,9 @@ def test_dqn_online_evaluates_per_iteration_and_resumes(tmp_path):
     evals = [r for r in read_metrics(run / "metrics.jsonl") if "eval/return_mean" in r]
     assert 2 <= len(evals) <= 3, [r["global_step"] for r in evals]  # at 100, 200 (and 300)
     steps = first["total_steps"]
-    trainer = OnlineTrainer(Config(), run, resume=True, progress=False)
+    longer = run_folder.resume_state(run, [f"train.total_steps={steps + 150}"])  # it finished
+    trainer = OnlineTrainer(Config(), run, resume=True, progress=False, state=longer)
     assert trainer.cfg.train.algo == "dqn" and len(trainer.algo.replay) == steps
-    trainer.cfg.train.total_steps = steps + 150
     second = trainer.learn()
     assert second["total_steps"] >= steps + 150
     assert len(trainer.algo.replay) == second["total_steps"]
