@@ -3,14 +3,18 @@
 Torch-free (a bundle's policy runs on numpy + onnxruntime). Episode ``i`` starts from
 ``reset(seed=seed + i)``, as the trainer's evaluation seeds its sub-environments, so the same
 seeds give the same episodes: the final evaluation in ``summary.json`` used
-``seed = train.seed + 2**30``.
+``seed = train.seed + 2**30``. Stable-Baselines3's keywords and return values are taken too
+(``n_eval_episodes``, ``return_episode_rewards``; the result unpacks as ``mean, std``), and an
+SB3 VecEnv is evaluated the way SB3's own ``evaluate_policy`` counts its episodes.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import statistics
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -35,7 +39,7 @@ class EvalResult:
     env_id: str
     """The environment evaluated on."""
     seed: int
-    """Episode i started from ``reset(seed=seed + i)``."""
+    """Episode i started from ``reset(seed=seed + i)`` (an SB3 VecEnv: sub-env k's first)."""
     returns: list[float]
     """Undiscounted return of each episode."""
     lengths: list[int]
@@ -62,6 +66,14 @@ class EvalResult:
     def return_std(self) -> float:
         """Population standard deviation of the returns (the trainer's ``eval_return_std``)."""
         return statistics.pstdev(self.returns)
+
+    def __iter__(self) -> Iterator[float]:
+        """``mean, std = evaluate_policy(...)``, as Stable-Baselines3's tuple unpacks."""
+        return iter((self.return_mean, self.return_std))
+
+    def __getitem__(self, index: int) -> float:
+        """``result[0]``: the mean return, ``result[1]``: its std (SB3's tuple, indexed)."""
+        return (self.return_mean, self.return_std)[index]
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON report: ``return_mean``, ``return_std``, ``return_min``, ``return_max``,
@@ -91,31 +103,76 @@ class EvalResult:
 def evaluate_policy(
     policy,
     env: Any = None,
-    episodes: int = 10,
+    episodes: int | None = None,
     seed: int = 0,
     deterministic: bool = True,
     render: bool = False,
     video_dir: str | Path | None = None,
     env_config: dict[str, Any] | None = None,
     env_kwargs: dict[str, Any] | None = None,
-) -> EvalResult:
+    *,
+    n_eval_episodes: int | None = None,
+    return_episode_rewards: bool = False,
+) -> EvalResult | tuple[list[float], list[int]]:
     """Run ``episodes`` episodes of ``policy`` (an ``orin_rl.Policy``) and return what they gave.
 
     Args:
         policy: from ``orin_rl.load_policy``.
-        env: a gymnasium id, a ``gymnasium.Env`` (used as it is), or None for the policy's own
+        env: a gymnasium id, a ``gymnasium.Env`` (used as it is), a Stable-Baselines3 VecEnv
+            (used as it is, episodes counted as SB3 counts them), or None for the policy's own
             environment (made as in training: time limit, kwargs, wrappers).
-        episodes: how many.
-        seed: episode ``i`` starts from ``reset(seed=seed + i)``.
+        episodes: how many (default 10).
+        seed: episode ``i`` starts from ``reset(seed=seed + i)``; a VecEnv is seeded once,
+            ``env.seed(seed)`` (sub-env k: seed + k), and resets its sub-envs itself after that.
         deterministic: the policy's mode; False samples (run folders only).
         render: show the episodes in a window (``render_mode="human"``).
         video_dir: write one MP4 per episode here (gymnasium's ``RecordVideo``; needs moviepy).
         env_config: how to make ``env`` when it is an id (default: the policy's, when ``env``
             is its own id or None): ``max_episode_steps``, ``kwargs``, ``wrappers``.
         env_kwargs: constructor keyword arguments that replace ``env_config``'s.
+        n_eval_episodes: SB3's name for ``episodes`` (give one of the two).
+        return_episode_rewards: return SB3's ``(returns, lengths)`` lists instead.
+
+    Returns:
+        An ``EvalResult`` (it unpacks as SB3's ``mean, std``), or ``(returns, lengths)`` with
+        ``return_episode_rewards``.
     """
-    if episodes <= 0:
-        raise EvalError(f"episodes must be positive, got {episodes}")
+    episodes = _episode_count(episodes, n_eval_episodes)
+    if isinstance(seed, bool) or not isinstance(seed, int | np.integer):
+        raise EvalError(
+            f"seed must be an integer, got {seed!r}; Stable-Baselines3's fourth positional "
+            "argument is deterministic, here it is seed: pass deterministic= by keyword"
+        )
+    if _is_sb3_vec_env(env):
+        if render or video_dir is not None:
+            raise EvalError("render / video_dir need an env id (they choose its render_mode)")
+        returns, lengths = _vec_env_episodes(policy, env, episodes, seed, deterministic)
+        result = EvalResult(_vec_env_id(env), seed, returns, lengths, deterministic)
+    else:
+        result = _evaluate_gym(
+            policy, env, episodes, seed, deterministic, render, video_dir, env_config, env_kwargs
+        )
+    if return_episode_rewards:
+        return list(result.returns), list(result.lengths)
+    return result
+
+
+def _episode_count(episodes: int | None, n_eval_episodes: int | None) -> int:
+    if episodes is not None and n_eval_episodes is not None:
+        raise EvalError(
+            f"give episodes ({episodes}) or Stable-Baselines3's n_eval_episodes "
+            f"({n_eval_episodes}), not both: they are the same setting"
+        )
+    count = next((n for n in (episodes, n_eval_episodes) if n is not None), 10)
+    if count <= 0:
+        raise EvalError(f"episodes must be positive, got {count}")
+    return count
+
+
+def _evaluate_gym(
+    policy, env, episodes, seed, deterministic, render, video_dir, env_config, env_kwargs
+) -> EvalResult:
+    """Episodes on a gymnasium env (an id made here, or the caller's ``gymnasium.Env``)."""
     gym_env, env_id = _environment(policy, env, env_config, env_kwargs, render, video_dir)
     try:
         returns, lengths, logs = _episodes(policy, gym_env, episodes, seed, deterministic)
@@ -144,6 +201,12 @@ def _environment(policy, env, env_config, env_kwargs, render: bool, video_dir) -
         if video_dir is not None or render:
             raise EvalError("render / video_dir need an env id (they choose its render_mode)")
         return env, env.spec.id if env.spec else type(env).__name__
+    if env is not None and not isinstance(env, str):
+        raise EvalError(
+            f"env is a {type(env).__module__}.{type(env).__qualname__}; evaluate_policy takes "
+            "a gymnasium id (str), a gymnasium.Env or a Stable-Baselines3 VecEnv (a gymnasium "
+            "vector env is none of these: pass its id)"
+        )
     env_id = env or policy.env_id
     if env_id is None:
         raise EvalError(f"{policy.source}: the environment is unknown; pass --env ID")
@@ -205,3 +268,79 @@ def _episodes(policy, env, episodes: int, seed: int, deterministic: bool):
             f"rendering needs a package that is missing ({exc}): {VIDEO_HINT}"
         ) from None
     return returns, lengths, logs
+
+
+def _is_sb3_vec_env(env: Any) -> bool:
+    """Duck-typed Stable-Baselines3 VecEnv: ``num_envs``, ``step_async``/``step_wait``, and not
+    a gymnasium vector env (whose ``reset`` returns ``(obs, info)``; SB3's returns obs)."""
+    if not all(hasattr(env, name) for name in ("num_envs", "step_async", "step_wait", "reset")):
+        return False
+    import gymnasium as gym
+
+    return not isinstance(env, gym.vector.VectorEnv)
+
+
+def _vec_env_id(venv) -> str:
+    """The gymnasium id of an SB3 VecEnv's first sub-env, else the VecEnv's class name."""
+    spec = None
+    with contextlib.suppress(AttributeError, IndexError, TypeError):
+        spec = venv.get_attr("spec", indices=[0])[0]
+    return spec.id if spec is not None else type(venv).__name__
+
+
+def _monitor_wrapped(venv) -> bool:
+    """Whether SB3's ``evaluate_policy`` would read episodes from a Monitor's ``info``."""
+    try:
+        from stable_baselines3.common.monitor import Monitor
+        from stable_baselines3.common.vec_env import VecMonitor, is_vecenv_wrapped
+    except ImportError:  # a VecEnv-like without SB3: no Monitor to look for
+        return False
+    if is_vecenv_wrapped(venv, VecMonitor):
+        return True
+    env_is_wrapped = getattr(venv, "env_is_wrapped", None)
+    return bool(env_is_wrapped is not None and env_is_wrapped(Monitor)[0])
+
+
+def _vec_env_episodes(
+    policy, venv, episodes: int, seed: int, deterministic: bool
+) -> tuple[list[float], list[int]]:
+    """Stable-Baselines3's ``evaluate_policy`` loop on its VecEnv.
+
+    Sub-env k runs ``(episodes + k) // num_envs`` episodes; they are listed in the order they
+    end. Where a Monitor wraps the sub-envs, an episode is counted only when its ``info`` holds
+    ``"episode"`` (Atari's life-loss ``done`` is not an episode's end) and its return and length
+    are read from there, as SB3 does.
+    """
+    n_envs = int(venv.num_envs)
+    targets = np.array([(episodes + k) // n_envs for k in range(n_envs)])
+    counts = np.zeros(n_envs, dtype=int)
+    current_returns = np.zeros(n_envs)  # float64 sums of the VecEnv's float32 rewards, as SB3
+    current_lengths = np.zeros(n_envs, dtype=int)
+    monitored = _monitor_wrapped(venv)
+    space = venv.action_space
+    box = getattr(space, "low", None) is not None and getattr(space, "high", None) is not None
+    returns: list[float] = []
+    lengths: list[int] = []
+    if hasattr(venv, "seed"):
+        venv.seed(seed)  # used by the next reset only
+    obs = venv.reset()
+    while (counts < targets).any():
+        action = policy.act(obs, deterministic)  # (num_envs, ...)
+        if box:  # as the gymnasium path and SB3's predict: clipped to the Box
+            action = np.clip(action, space.low, space.high)
+        obs, rewards, dones, infos = venv.step(action)
+        current_returns += rewards
+        current_lengths += 1
+        for k in np.flatnonzero(dones):
+            if counts[k] < targets[k]:
+                if not monitored:
+                    returns.append(float(current_returns[k]))
+                    lengths.append(int(current_lengths[k]))
+                    counts[k] += 1
+                elif "episode" in infos[k]:
+                    returns.append(float(infos[k]["episode"]["r"]))
+                    lengths.append(int(infos[k]["episode"]["l"]))
+                    counts[k] += 1
+            current_returns[k] = 0.0
+            current_lengths[k] = 0
+    return returns, lengths

@@ -87,10 +87,20 @@ class Policy:
         return np.asarray(action)
 
     def predict(
-        self, obs: Any, state: Any = None, episode_start: Any = None, deterministic: bool = True
+        self,
+        observation: Any,
+        state: Any = None,
+        episode_start: Any = None,
+        deterministic: bool = False,
     ) -> tuple[Any, None]:
-        """Stable-Baselines3's ``predict`` signature: ``(act(obs, deterministic), None)``."""
-        return self.act(obs, deterministic), None
+        """Stable-Baselines3's ``predict``: ``(act(observation, deterministic), None)``.
+
+        As in SB3 2.x, ``deterministic`` defaults to False: the actions are sampled, which needs
+        a run folder's checkpoint (a bundle or an engine raises ``PolicyError``: pass
+        ``deterministic=True``). ``state`` and ``episode_start`` are taken and ignored (no
+        recurrent policies); the state returned is None.
+        """
+        return self.act(observation, deterministic), None
 
     def close(self) -> None:
         """Release the backend (sessions, engines, device memory)."""
@@ -141,8 +151,9 @@ class Policy:
     def _sample(self, batch: np.ndarray) -> np.ndarray:
         if self.run_dir is None:
             raise PolicyError(
-                f"{self.source} holds only the deterministic policy (argmax / mean): pass the "
-                "run folder (with checkpoint.pt) to sample actions, or use deterministic=True"
+                f"{self.source} holds only the deterministic policy (argmax / mean), it cannot "
+                "sample: call predict(obs, deterministic=True) or act(obs), or pass the run "
+                "folder (with checkpoint.pt) to sample actions"
             )
         if self._sampler is None:
             self._sampler = _Sampler(self.run_dir)
@@ -158,7 +169,7 @@ class _Sampler:
         except ImportError:
             raise PolicyError(
                 "sampled actions need PyTorch and the run's checkpoint.pt (pip install torch); "
-                "deterministic=True runs without it"
+                "predict(obs, deterministic=True) and act(obs) run without it"
             ) from None
         from orin_rl.checkpoint import load_policy as load_checkpoint_policy
 
@@ -171,7 +182,7 @@ class _Sampler:
         if self.algo == "dqn":
             raise PolicyError(
                 f"{run_dir} is a DQN policy: its actions are the argmax of Q, there is no "
-                "distribution to sample; use deterministic=True"
+                "distribution to sample; call predict(obs, deterministic=True) or act(obs)"
             )
 
     def __call__(self, batch: np.ndarray) -> np.ndarray:

@@ -12,7 +12,8 @@ import torch
 import orin_rl
 from orin_rl import cli
 from orin_rl.checkpoint import load_policy as load_checkpoint
-from orin_rl.evaluation import evaluate_policy
+from orin_rl.evaluation import EvalError, evaluate_policy
+from orin_rl.policy import PolicyError
 from orin_rl.runners.evaluate import evaluate
 from orin_rl.runners.verdict import VERDICT_SEED_OFFSET
 
@@ -141,3 +142,109 @@ def test_a_callers_env_stays_open(tiny_run):
     assert not closed
     env.reset(seed=0)  # still usable
     policy.close()
+
+
+class TestStableBaselines3Parity:
+    """SB3's ``evaluate_policy`` keywords and return values, and its VecEnvs."""
+
+    def test_n_eval_episodes_and_the_mean_std_tuple(self, tiny_run):
+        run = tiny_run(*CARTPOLE)
+        with orin_rl.load_policy(run / "bundle") as policy:
+            result = evaluate_policy(policy, "CartPole-v1", episodes=4, seed=3)
+            mean, std = evaluate_policy(policy, "CartPole-v1", n_eval_episodes=4, seed=3)
+            returns, lengths = evaluate_policy(
+                policy, "CartPole-v1", n_eval_episodes=4, seed=3, return_episode_rewards=True
+            )
+        assert len(set(result.returns)) > 1  # a real comparison
+        assert (mean, std) == (result.return_mean, result.return_std)
+        # SB3: np.mean, np.std (population); fmean may differ in the last bit
+        assert (mean, std) == pytest.approx((np.mean(result.returns), np.std(result.returns)))
+        assert (result[0], result[1]) == (mean, std)
+        assert (returns, lengths) == (result.returns, result.lengths)
+        assert isinstance(returns, list) and isinstance(lengths, list)
+
+    def test_episodes_and_n_eval_episodes_together_is_an_error(self, tiny_run):
+        policy = orin_rl.load_policy(tiny_run(*CARTPOLE) / "bundle")
+        with policy, pytest.raises(EvalError, match="n_eval_episodes") as info:
+            evaluate_policy(policy, episodes=3, n_eval_episodes=3)
+        assert "\n" not in str(info.value)
+
+    def test_sb3s_positional_deterministic_is_not_taken_for_a_seed(self, tiny_run):
+        """SB3's fourth positional argument is ``deterministic``; here it is ``seed``."""
+        policy = orin_rl.load_policy(tiny_run(*CARTPOLE) / "bundle")
+        with policy, pytest.raises(EvalError, match="deterministic=") as info:
+            evaluate_policy(policy, "CartPole-v1", 2, True)
+        assert "\n" not in str(info.value)
+
+    def test_sampled_evaluation(self, tiny_run):
+        """``deterministic=False`` samples where the policy can (a run folder) and is one line
+        naming the fix where it cannot (a bundle)."""
+        run = tiny_run(*CARTPOLE)
+        with orin_rl.load_policy(run, backend="onnxruntime") as policy:
+            torch.manual_seed(0)
+            sampled = evaluate_policy(policy, n_eval_episodes=6, seed=1, deterministic=False)
+            mode = evaluate_policy(policy, n_eval_episodes=6, seed=1)
+        assert not sampled.deterministic and sampled.returns != mode.returns
+        policy = orin_rl.load_policy(run / "bundle")
+        with (
+            policy,
+            pytest.raises(PolicyError, match=r"predict\(obs, deterministic=True\)") as info,
+        ):
+            evaluate_policy(policy, n_eval_episodes=1, deterministic=False)
+        assert "\n" not in str(info.value)
+
+    @pytest.mark.parametrize("env", [42, "vector"], ids=["int", "gymnasium-vector-env"])
+    def test_other_envs_are_one_line_errors(self, tiny_run, env):
+        import gymnasium as gym
+
+        if env == "vector":
+            env = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")] * 2)
+        policy = orin_rl.load_policy(tiny_run(*CARTPOLE) / "bundle")
+        with policy, pytest.raises(EvalError, match=r"gymnasium\.Env") as info:
+            evaluate_policy(policy, env, n_eval_episodes=2)
+        assert "\n" not in str(info.value) and "VecEnv" in str(info.value)
+
+    @pytest.mark.parametrize(
+        ("run_args", "n_envs", "episodes", "monitor"),
+        [(CARTPOLE, 3, 7, False), (CARTPOLE, 1, 3, False), (("Pendulum-v1",), 2, 3, True)],
+        ids=["cartpole-3-envs", "cartpole-1-env", "pendulum-monitor"],
+    )
+    def test_sb3_vecenv_as_sb3_counts_it(self, tiny_run, run_args, n_envs, episodes, monitor):
+        """On an SB3 VecEnv the episodes are those of SB3's own ``evaluate_policy`` (run here with
+        this policy's ``predict``): split evenly over the sub-envs, listed as they end, read
+        from a Monitor's ``info["episode"]`` where there is one. Sub-env k's first episode is
+        the gymnasium env's episode of seed + k."""
+        import gymnasium as gym
+
+        sb3_evaluation = pytest.importorskip("stable_baselines3.common.evaluation")
+        from stable_baselines3.common.monitor import Monitor
+        from stable_baselines3.common.vec_env import DummyVecEnv
+
+        env_id = run_args[0]
+
+        def venv():
+            wrap = Monitor if monitor else (lambda e: e)
+            return DummyVecEnv([lambda: wrap(gym.make(env_id))] * n_envs)
+
+        seed = 11
+        with orin_rl.load_policy(tiny_run(*run_args) / "bundle") as policy:
+            theirs_env = venv()
+            theirs_env.seed(seed)  # SB3 leaves the seeding to the caller
+            theirs = sb3_evaluation.evaluate_policy(
+                policy, theirs_env, episodes, return_episode_rewards=True, warn=False
+            )
+            ours = evaluate_policy(
+                policy, venv(), n_eval_episodes=episodes, seed=seed, return_episode_rewards=True
+            )
+            result = evaluate_policy(policy, venv(), n_eval_episodes=episodes, seed=seed)
+            one_each = evaluate_policy(policy, venv(), n_eval_episodes=n_envs, seed=seed)
+            gym_env = evaluate_policy(policy, env_id, episodes=n_envs, seed=seed)
+        assert len(ours[0]) == len(ours[1]) == episodes and len(set(ours[0])) > 1
+        np.testing.assert_allclose(ours[0], theirs[0], rtol=1e-6)  # Monitor rounds to 1e-6
+        assert ours[1] == [int(n) for n in theirs[1]]
+        assert result.returns == ours[0] and result.lengths == ours[1]
+        assert result.env_id == env_id and result.episodes == episodes
+        assert tuple(result) == pytest.approx((np.mean(ours[0]), np.std(ours[0])), rel=1e-12)
+        # one episode per sub-env: the gymnasium env's episodes of seeds seed .. seed + n - 1
+        assert sorted(one_each.lengths) == sorted(gym_env.lengths)
+        np.testing.assert_allclose(sorted(one_each.returns), sorted(gym_env.returns), rtol=1e-6)

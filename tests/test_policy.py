@@ -117,6 +117,53 @@ def test_sb3_predict(tiny_run, rng):
     _same(action, _expected(run, obs.astype(np.float32)), True)
 
 
+def test_predict_has_sb3s_signature_and_defaults():
+    """SB3 2.x: ``predict(observation, state=None, episode_start=None, deterministic=False)``."""
+    import inspect
+
+    base_class = pytest.importorskip("stable_baselines3.common.base_class")
+
+    def shape(fn):
+        params = list(inspect.signature(fn).parameters.values())[1:]  # after self
+        return [(p.name, p.default) for p in params]
+
+    assert shape(orin_rl.Policy.predict) == shape(base_class.BaseAlgorithm.predict)
+    assert dict(shape(orin_rl.Policy.predict))["deterministic"] is False
+
+
+def test_predict_samples_by_default(tiny_run, rng):
+    """As SB3's ``predict``: without ``deterministic=True`` the actions are draws (the same as
+    ``act(obs, deterministic=False)`` under the same torch seed), not the mean."""
+    run = tiny_run("Pendulum-v1")
+    obs = rng.normal(size=(64, 3)).astype(np.float32)
+    with orin_rl.load_policy(run, backend="onnxruntime") as policy:
+        torch.manual_seed(5)
+        expected = policy.act(obs, deterministic=False)
+        torch.manual_seed(5)
+        action, state = policy.predict(obs)
+        mode, _ = policy.predict(obs, deterministic=True)
+    assert state is None
+    np.testing.assert_array_equal(action, expected)
+    _same(mode, _expected(run, obs), False)
+    assert (action != mode).any()
+
+
+@pytest.mark.parametrize(
+    ("source", "why"), [("bundle", "deterministic policy"), ("dqn", "DQN")], ids=["bundle", "dqn"]
+)
+def test_predict_without_a_distribution_names_the_fix(tiny_run, source, why):
+    """A bundle (or engine) holds only the deterministic policy, DQN has no distribution: SB3's
+    default ``predict(obs)`` is one line that says to pass ``deterministic=True``."""
+    run = tiny_run("CartPole-v1", "dqn") if source == "dqn" else tiny_run("CartPole-v1") / "bundle"
+    with orin_rl.load_policy(run, backend="onnxruntime") as policy:
+        with pytest.raises(PolicyError, match=why) as info:
+            policy.predict(np.zeros(4))
+        message = str(info.value)
+        assert "predict(obs, deterministic=True)" in message and "\n" not in message
+        action, _ = policy.predict(np.zeros(4), deterministic=True)  # the fix works
+        assert action.shape == ()
+
+
 @pytest.mark.parametrize(
     ("obs", "message"),
     [
