@@ -16,7 +16,7 @@ import yaml
 
 from orin_rl import env_backends
 from orin_rl.config_types import ConfigError as ConfigError  # re-exported: config's errors
-from orin_rl.config_types import coerce
+from orin_rl.config_types import coerce, comment_lines
 from orin_rl.config_types import field_docs as field_docs  # re-exported: the fields' docs
 
 
@@ -402,6 +402,23 @@ def from_plain(data: dict[str, Any]) -> Config:
 def to_dict(cfg: Config) -> dict[str, Any]:
     """Nested plain dicts (YAML-ready) of ``cfg``."""
     return dataclasses.asdict(cfg)
+
+
+def to_yaml(cfg: Config, width: int = 100) -> str:
+    """``cfg`` as YAML with each section's and field's description (``field_docs``) as ``#``
+    comment lines above it; ``load`` reads it back to an equal Config."""
+    lines: list[str] = []
+    section_docs = field_docs(Config)
+    for section, values in to_dict(cfg).items():
+        lines += [""] if lines else []  # a blank line between sections
+        lines += comment_lines(section_docs.get(section, ""), "", width)
+        lines.append(f"{section}:")
+        docs = field_docs(type(getattr(cfg, section)))
+        for name, value in values.items():
+            lines += comment_lines(docs.get(name, ""), "  ", width)
+            dumped = yaml.safe_dump({name: value}, sort_keys=False, width=width)
+            lines += [f"  {line}" for line in dumped.splitlines()]
+    return "\n".join(lines) + "\n"
 
 
 def apply_overrides(cfg: Config, overrides: list[str]) -> Config:

@@ -10,6 +10,7 @@ import dataclasses
 import functools
 import inspect
 import itertools
+import textwrap
 import types
 import typing
 from typing import Any, Literal
@@ -106,3 +107,12 @@ def coerce(key: str, value: Any, tp: Any) -> Any:
             raise ConfigError(f"{key}: expected a string, got {type(value).__name__} {value!r}")
         return value
     raise ConfigError(f"{key}: unsupported annotation {tp!r}")  # pragma: no cover
+
+
+def comment_lines(doc: str, indent: str, width: int) -> list[str]:
+    """``doc`` as ``# `` lines at ``indent``, wrapped to ``width`` columns."""
+    text = " ".join(doc.split())
+    wrapped = textwrap.wrap(
+        text, width - len(indent) - 2, break_long_words=False, break_on_hyphens=False
+    )
+    return [f"{indent}# {line}" for line in wrapped]

@@ -24,10 +24,42 @@ class EnvMakeError(OrinError, ValueError):
     """An environment cannot be made as asked (unknown id, missing module or dependency)."""
 
 
-MUJOCO_HINT = "install the MuJoCo extra: pip install 'orin-rl[mujoco]'"
+INSTALL_HINTS = {
+    "gymnasium.envs.box2d": 'install Box2D: pip install "gymnasium[box2d]" (where Box2D '
+    "builds from source: pip install swig first)",
+    "gymnasium.envs.mujoco": "install the MuJoCo extra: pip install 'orin-rl[mujoco]'",
+    "gymnasium.envs.classic_control": 'install pygame: pip install "gymnasium[classic-control]"',
+    "gymnasium.envs.toy_text": 'install pygame: pip install "gymnasium[toy-text]"',
+    "ale_py": 'install the Atari envs: pip install "gymnasium[atari]"',
+}
+"""What installs the dependencies of each family of gymnasium envs, by the module of its
+entry point (Atari's ``ALE/`` ids exist only once ``ale_py`` is installed)."""
 ENV_CONFIG_KEYS = ("max_episode_steps", "kwargs", "wrappers")
 """The run's ``env`` settings a bundle keeps (``env_config``), so evaluation and the control
 loop make the environment as training did."""
+
+
+def install_hint(env_id: str) -> str | None:
+    """What to install for ``env_id``'s family of gymnasium envs; None for an id of no known
+    family (its own error then says what is missing)."""
+    import gymnasium as gym
+
+    if env_id.startswith("ALE/"):
+        return INSTALL_HINTS["ale_py"]
+    try:
+        entry_point = gym.spec(env_id).entry_point
+    except gym.error.Error:
+        return None
+    if not isinstance(entry_point, str):
+        return None
+    family = entry_point.partition(":")[0]
+    return next((h for m, h in INSTALL_HINTS.items() if family.startswith(f"{m}.")), None)
+
+
+def make_error_message(env_id: str, exc: Exception) -> str:
+    """One line for an env gymnasium cannot make: its error, then what to install, if known."""
+    hint = install_hint(env_id)
+    return f"{env_id}: {exc}; {hint}" if hint else f"{env_id}: {exc}"
 
 
 def import_module(name: str, what: str):
@@ -113,9 +145,8 @@ def make_env(
     wrappers = resolve_wrappers(options.get("wrappers"))
     try:
         env = gym.make(env_id, **make_kwargs)
-    except gym.error.DependencyNotInstalled as exc:
-        hint = f"; {MUJOCO_HINT}" if "mujoco" in str(exc).lower() else ""
-        raise EnvMakeError(f"{env_id}: {exc}{hint}") from None
+    except (gym.error.DependencyNotInstalled, gym.error.NamespaceNotFound) as exc:
+        raise EnvMakeError(make_error_message(env_id, exc)) from None
     except gym.error.Error as exc:
         raise EnvMakeError(f"{env_id}: {exc}") from None
     except TypeError as exc:  # a keyword the constructor does not take

@@ -255,3 +255,125 @@ def test_resume_command_of_a_multi_process_run_keeps_nproc():
 
     assert cli._resume_command(Path("runs/a b"), 2) == "orin-rl train --resume 'runs/a b' --nproc 2"
     assert cli._resume_command(Path("runs/x"), 1) == "orin-rl train --resume runs/x"
+
+
+class TestMissingEnvDependency:
+    """A gymnasium env whose family's package is missing: one line naming what to install."""
+
+    def test_box2d_env_names_gymnasium_box2d(self, tmp_path, capsys):
+        if _importable("Box2D"):
+            pytest.skip("Box2D is installed here")
+        code = cli.main(["-q", "train", "--env", "LunarLander-v3", "--out", str(tmp_path / "r")])
+        err = capsys.readouterr().err.strip()
+        assert code == 2 and len(err.splitlines()) == 1 and "Traceback" not in err
+        assert 'gymnasium[box2d]"' in err and "mujoco" not in err.lower(), err
+
+    def test_eval_and_run_path_names_gymnasium_box2d(self):
+        from orin_rl.env_factory import EnvMakeError, make_env
+
+        if _importable("Box2D"):
+            pytest.skip("Box2D is installed here")
+        with pytest.raises(EnvMakeError) as exc:
+            make_env("LunarLander-v3")
+        assert 'gymnasium[box2d]"' in str(exc.value) and "mujoco" not in str(exc.value).lower()
+
+    @pytest.mark.parametrize(
+        ("env_id", "install"),
+        [
+            ("LunarLander-v3", 'pip install "gymnasium[box2d]"'),
+            ("CarRacing-v3", 'pip install "gymnasium[box2d]"'),
+            ("Hopper-v5", "pip install 'orin-rl[mujoco]'"),
+            ("ALE/Pong-v5", 'pip install "gymnasium[atari]"'),
+            ("CartPole-v1", 'pip install "gymnasium[classic-control]"'),
+            ("FrozenLake-v1", 'pip install "gymnasium[toy-text]"'),
+        ],
+    )
+    def test_each_family_gets_its_own_package(self, env_id, install):
+        from orin_rl.env_factory import install_hint
+
+        assert install in install_hint(env_id)
+
+    def test_the_orin_rl_extras_named_exist(self):
+        from pathlib import Path
+
+        import tomllib
+
+        from orin_rl.env_factory import INSTALL_HINTS
+
+        pyproject = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
+        extras = pyproject["project"]["optional-dependencies"]
+        named = set(re.findall(r"orin-rl\[(\w+)\]", " ".join(INSTALL_HINTS.values())))
+        assert named and named <= set(extras)
+
+    def test_unknown_family_gets_no_guess(self):
+        from orin_rl.env_factory import install_hint
+
+        assert install_hint("mypkg.envs:Thing-v0") is None
+
+
+def _importable(module: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(module) is not None
+
+
+def _exit_code(argv) -> int:
+    """``cli.main``'s code, whether it returned it or argparse exited with it."""
+    try:
+        return cli.main(argv)
+    except SystemExit as exc:
+        return exc.code
+
+
+BENCH = ["bench", "--model", "cnn-seed", "--backends", "torch", "--iters", "1", "--batch", "1"]
+"""A bench that works (a batch-1 row of the seed CNN on torch); the cases below add one bad flag."""
+
+
+@pytest.mark.parametrize(
+    ("argv", "flag"),
+    [
+        ([*BENCH, "--batch", "0"], "--batch"),
+        ([*BENCH, "--batch", "1,-4"], "--batch"),
+        ([*BENCH, "--iters", "0"], "--iters"),
+        ([*BENCH, "--threads", "-1"], "--threads"),
+        (["run", "--model", "m", "--steps", "-5"], "--steps"),
+        (["run", "--model", "m", "--rate", "-1"], "--rate"),
+        (["run", "--model", "m", "--rate", "nan"], "--rate"),
+        (["run", "--model", "m", "--cpu", "-2"], "--cpu"),
+        (["export", "runs/none", "--batch", "0"], "--batch"),
+        (["export", "runs/none", "--opset", "0"], "--opset"),
+        (["eval", "m", "--episodes", "0"], "--episodes"),
+        (["eval", "m", "--seed", "-1"], "--seed"),
+        (["demo", "--steps", "0"], "--steps"),
+        (["train", "--num-envs", "0"], "--num-envs"),
+        (["train", "--total-steps", "-1"], "--total-steps"),
+        (["train", "--control-rate", "0"], "--control-rate"),
+        (["plant-server", "--port", "70000"], "--port"),
+    ],
+)
+def test_nonsense_numbers_are_one_line_exit_2_before_any_work(
+    tmp_path, monkeypatch, capsys, argv, flag
+):
+    """`bench --batch 0` printed a batch-0 row and exited 0; every command's numeric flags
+    now stop at the parser with the one-line error (and nothing written)."""
+    monkeypatch.chdir(tmp_path)
+    code = _exit_code(["-q", *argv])
+    err = capsys.readouterr().err.strip()
+    assert code == 2, err
+    assert len(err.splitlines()) == 1 and flag in err and "Traceback" not in err, err
+    assert err.startswith(f"orin-rl {argv[0]}: error: ")
+    assert not any(tmp_path.iterdir())  # no bench/, no run folder
+
+
+def test_run_rate_0_still_means_as_fast_as_possible():
+    args = cli.build_parser().parse_args(["run", "--model", "m", "--rate", "0"])
+    assert args.rate == 0.0
+
+
+def test_bench_says_where_it_wrote_its_files(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["-q", *BENCH]) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    written = [tmp_path / "bench" / f"infer.{ext}" for ext in ("json", "md", "png")]
+    assert all(p.is_file() for p in written)
+    assert all(str(p.relative_to(tmp_path)) in last for p in written), last

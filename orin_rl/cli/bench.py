@@ -5,17 +5,14 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from orin_rl.cli.common import UsageError, _backend_options
+from orin_rl.cli.common import _backend_options
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
     """``orin-rl bench``."""
     from orin_rl.runtime import bench, load
 
-    try:
-        batches = [int(b) for b in args.batch.split(",")]
-    except ValueError:
-        raise UsageError(f"--batch takes integers, got {args.batch!r}") from None
+    batches = args.batch  # parser.py: a list of batch sizes >= 1
     names = [b.strip() for b in args.backends.split(",") if b.strip()]
     if args.model == "cnn-seed":
         backends = _cnn_seed_backends(names, args.device, args.threads)
@@ -29,6 +26,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     rows = bench.run_bench(backends, batches, args.iters)
     bench.write_results(rows, args.out, title)
     print(bench.markdown(rows, title))
+    written = [args.out.with_suffix(ext) for ext in (".json", ".md", ".png")]  # write_results'
+    print(f"wrote {', '.join(map(str, written))}")
     return 0
 
 

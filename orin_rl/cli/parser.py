@@ -10,6 +10,19 @@ import argparse
 from pathlib import Path
 
 from orin_rl import __version__, env_backends
+from orin_rl.cli.argtypes import (
+    _FINITE,
+    _NON_NEGATIVE,
+    _NON_NEGATIVE_INT,
+    _POSITIVE,
+    _POSITIVE_INT,
+    _batch_or_dynamic,
+    _batch_sizes,
+    _DefaultsHelpFormatter,
+    _int_type,
+    _Parser,
+    _train_default,
+)
 
 DESCRIPTION = """\
 Reinforcement learning on the robot's own computer: train a policy, export it as a
@@ -42,7 +55,7 @@ def _add_backend_options(p: argparse.ArgumentParser) -> None:
         type=Path,
         metavar="FILE",
         help="engines/NAME.yaml whose precision, DLA core and profile set ONNX Runtime's "
-        "TensorRT/CUDA provider options",
+        "TensorRT/CUDA provider options (default: none, the providers' own settings)",
     )
     p.add_argument(
         "--cuda-graph",
@@ -64,21 +77,32 @@ def train_flags(p: argparse.ArgumentParser) -> None:
         help="gymnasium id, e.g. CartPole-v1 (default), or module:EnvId for your own "
         "(module registers EnvId with gymnasium.register; docs/custom_env.md)",
     )
-    p.add_argument("--env-kwargs", metavar="JSON", help=ENV_KWARGS_HELP)
+    p.add_argument("--env-kwargs", metavar="JSON", help=ENV_KWARGS_HELP + "; default: none")
     p.add_argument(
         "--algo",
         choices=["ppo", "sac", "dqn"],
         help="ppo (default), sac (continuous actions) or dqn (discrete), on a replay buffer",
     )
-    p.add_argument("--num-envs", type=int, help="parallel environments")
-    p.add_argument("--vectorization", choices=["sync", "async"], help="gymnasium vectorisation")
+    p.add_argument(
+        "--num-envs",
+        type=_POSITIVE_INT,
+        help=f"parallel environments {_train_default('env.num_envs', preset=True)}",
+    )
+    p.add_argument(
+        "--vectorization",
+        choices=["sync", "async"],
+        help=f"gymnasium vectorisation {_train_default('env.vectorization')}",
+    )
     p.add_argument(
         "--env-backend",
         choices=env_backends.names(),
-        help="gym: gymnasium.vector on the CPU; gpu: GPU-native torch envs on the learner device",
+        help="gym: gymnasium.vector on the CPU; gpu: GPU-native torch envs on the learner "
+        "device (default: gym; mjlab for Mjlab- ids)",
     )
     p.add_argument(
-        "--precision", choices=["fp32", "fp16", "bf16"], help="mixed precision (autocast)"
+        "--precision",
+        choices=["fp32", "fp16", "bf16"],
+        help=f"mixed precision (autocast) {_train_default('train.precision')}",
     )
     p.add_argument(
         "--cuda-graphs",
@@ -94,9 +118,10 @@ def train_flags(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--num-agents",
-        type=int,
+        type=_POSITIVE_INT,
         metavar="K",
-        help="train K independent agents in one batched program (seeds / sweeps)",
+        help="train K independent agents in one batched program (seeds / sweeps) "
+        + _train_default("train.num_agents"),
     )
     p.add_argument(
         "--online",
@@ -107,30 +132,48 @@ def train_flags(p: argparse.ArgumentParser) -> None:
         "(see docs/online.md)",
     )
     p.add_argument(
-        "--control-rate", type=float, metavar="HZ", help="the online actor's rate (default 50)"
+        "--control-rate",
+        type=_POSITIVE,
+        metavar="HZ",
+        help=f"the online actor's rate {_train_default('online.control_rate_hz')}",
     )
     p.add_argument(
         "--utd",
-        type=float,
+        type=_POSITIVE,
         metavar="RATIO",
-        help="online: gradient steps per env step the learner aims at (default 1)",
+        help="online: gradient steps per env step the learner aims at "
+        + _train_default("online.update_to_data"),
     )
     p.add_argument(
         "--plant",
         metavar="SPEC",
         help="online: gym (the env in real time, default), udp://HOST:PORT or module:factory",
     )
-    p.add_argument("--total-steps", type=int, help="environment steps to train for")
-    p.add_argument("--device", choices=["auto", "cpu", "cuda"], help="learner device")
-    p.add_argument("--seed", type=int, help="random seed")
+    p.add_argument(
+        "--total-steps",
+        type=_POSITIVE_INT,
+        help="environment steps to train for " + _train_default("train.total_steps", preset=True),
+    )
+    p.add_argument(
+        "--device",
+        choices=["auto", "cpu", "cuda"],
+        help=f"learner device (auto: cuda where torch sees a GPU) {_train_default('train.device')}",
+    )
+    p.add_argument(
+        "--seed",
+        type=_NON_NEGATIVE_INT,
+        help=f"random seed {_train_default('train.seed', preset=True)}",
+    )
     p.add_argument(
         "--buffer-placement",
         choices=["auto", "host", "device", "pinned", "managed"],
-        help="rollout buffer memory",
+        help=f"rollout buffer memory {_train_default('buffer.placement')}",
     )
     p.add_argument("--out", type=Path, help="run folder (default: runs/ENV-TIMESTAMP)")
-    p.add_argument("--config", type=Path, help="YAML config file")
-    p.add_argument("--resume", type=Path, metavar="DIR", help="continue the run in DIR")
+    p.add_argument("--config", type=Path, help="YAML config file (default: none)")
+    p.add_argument(
+        "--resume", type=Path, metavar="DIR", help="continue the run in DIR (default: a new run)"
+    )
     p.add_argument(
         "--set",
         action="append",
@@ -140,10 +183,10 @@ def train_flags(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--nproc",
-        type=int,
+        type=int,  # cli/train.py checks N >= 1
         metavar="N",
         help="train with N processes on torch.distributed (one per GPU with NCCL, gloo on "
-        "the CPU), launched through torchrun",
+        "the CPU), launched through torchrun (default: 1, this process)",
     )
     p.add_argument("--overwrite", action="store_true", help="replace an existing run folder")
     p.add_argument(
@@ -152,7 +195,11 @@ def train_flags(p: argparse.ArgumentParser) -> None:
         help="no progress bar (where the output is not a terminal, training logs plain "
         "progress lines instead of a bar; -q hides both)",
     )
-    p.add_argument("--print-config", action="store_true", help="print the config and exit")
+    p.add_argument(
+        "--print-config",
+        action="store_true",
+        help="print the config as YAML, each field's description as a comment, and exit",
+    )
     p.add_argument(
         "--no-preset",
         action="store_true",
@@ -164,8 +211,13 @@ def _export_flags(p: argparse.ArgumentParser) -> None:
     """The flags of `orin-rl export`."""
     p.add_argument("run_dir", type=Path, help="run folder written by orin-rl train")
     p.add_argument("--out", type=Path, help="bundle folder (default: RUN_DIR/bundle)")
-    p.add_argument("--opset", type=int, default=17, help="ONNX opset (default 17)")
-    p.add_argument("--batch", default="dynamic", help="'dynamic' or a fixed batch size")
+    p.add_argument("--opset", type=_POSITIVE_INT, default=17, help="ONNX opset (default 17)")
+    p.add_argument(
+        "--batch",
+        type=_batch_or_dynamic,
+        default="dynamic",
+        help="'dynamic' or a fixed batch size",
+    )
     p.add_argument("--fp16", action="store_true", help="fp16 weights and maths (fp32 I/O)")
     p.add_argument("--int8", action="store_true", help="also write a Q/DQ int8 model")
     p.add_argument("--no-clip", action="store_true", help="do not clip continuous actions")
@@ -174,31 +226,61 @@ def _export_flags(p: argparse.ArgumentParser) -> None:
 def _build_flags(p: argparse.ArgumentParser) -> None:
     """The flags of `orin-rl build`."""
     p.add_argument("source", type=Path, help="bundle folder, policy.json or an .onnx file")
-    p.add_argument("--recipe", type=Path, help="engines/NAME.yaml (flags override it)")
+    p.add_argument(
+        "--recipe",
+        type=Path,
+        help="engines/NAME.yaml (flags override it; default: none, the settings below)",
+    )
     p.add_argument(
         "--precision",
         choices=["fp32", "fp16", "int8"],
         help="engine precision (int8: calibrated on the bundle's observations, or its Q/DQ "
-        "model on TensorRT 11)",
+        "model on TensorRT 11; default: the recipe's, else fp16)",
     )
-    p.add_argument("--dla", type=int, metavar="CORE", help="build for DLA core CORE")
+    p.add_argument(
+        "--dla",
+        type=_NON_NEGATIVE_INT,
+        metavar="CORE",
+        help="build for DLA core CORE (default: the recipe's, else the GPU)",
+    )
     p.add_argument(
         "--gpu-fallback",
         action="store_true",
         default=None,
         help="with --dla: layers the DLA cannot run go to the GPU (else the build fails)",
     )
-    p.add_argument("--batch", metavar="MIN,OPT,MAX", help="optimisation profile, e.g. 1,1,1")
-    p.add_argument("--workspace", type=int, metavar="MB", help="builder workspace (MiB)")
-    p.add_argument("--timing-cache", metavar="FILE", help="timing cache to reuse and update")
+    p.add_argument(
+        "--batch",
+        metavar="MIN,OPT,MAX",
+        help="optimisation profile, e.g. 1,4,8 (default: the recipe's, else 1,1,1)",
+    )
+    p.add_argument(
+        "--workspace",
+        type=_POSITIVE_INT,
+        metavar="MB",
+        help="builder workspace (MiB; default: the recipe's, else 256)",
+    )
+    p.add_argument(
+        "--timing-cache",
+        metavar="FILE",
+        help="timing cache to reuse and update (default: the recipe's, else engines/timing.cache)",
+    )
     p.add_argument(
         "--version-compatible",
         action="store_true",
         default=None,
         help="an engine later TensorRT releases of the same major version can load",
     )
-    p.add_argument("--calib", metavar="RUN_DIR|BUNDLE|NPZ", help="int8 calibration data")
-    p.add_argument("--out", type=Path, help="engine file (default engines/NAME-PRECISION.engine)")
+    p.add_argument(
+        "--calib",
+        metavar="RUN_DIR|BUNDLE|NPZ",
+        help="int8 calibration data (default: the bundle's calibration.npz)",
+    )
+    p.add_argument(
+        "--out",
+        type=Path,
+        help="engine file (default: engines/NAME-TARGET-PRECISION.engine, TARGET gpu or dlaN)",
+    )
 
 
 def _run_flags(p: argparse.ArgumentParser) -> None:
@@ -220,13 +302,16 @@ def _run_flags(p: argparse.ArgumentParser) -> None:
         "--precision",
         choices=["fp32", "fp16", "int8"],
         help="run the bundle's model of this precision on ONNX Runtime (int8: policy.int8.onnx "
-        "from orin-rl export --int8)",
+        "from orin-rl export --int8; default: the bundle's policy.onnx)",
     )
     p.add_argument("--device", default="cpu", help="cpu or cuda")
     p.add_argument("--env", help="gymnasium id (default: the one the bundle was trained on)")
     p.add_argument("--env-kwargs", metavar="JSON", help=ENV_KWARGS_HELP + "; default: training's")
     p.add_argument(
-        "--rate", type=float, default=100.0, help="loop rate in Hz (0: as fast as possible)"
+        "--rate",
+        type=_FINITE,  # cli/run.py checks the sign, as it does --steps >= 1
+        default=100.0,
+        help="loop rate in Hz; 0 runs as fast as possible",
     )
     p.add_argument("--steps", type=int, default=1000, help="loop iterations")
     p.add_argument(
@@ -235,10 +320,21 @@ def _run_flags(p: argparse.ArgumentParser) -> None:
         choices=["cpu", "cuda"],
         help="where an mjlab task's world steps: cpu (Warp's CPU device) or cuda (default cpu)",
     )
-    p.add_argument("--report", type=Path, help="write the JSON report here")
-    p.add_argument("--histogram", type=Path, help="write a latency histogram PNG here")
-    p.add_argument("--cpu", type=int, help="pin the loop to this CPU")
-    p.add_argument("--fifo", type=int, metavar="PRIO", help="SCHED_FIFO priority (needs root)")
+    p.add_argument("--report", type=Path, help="write the JSON report here (default: not written)")
+    p.add_argument(
+        "--histogram",
+        type=Path,
+        help="write a latency histogram PNG here (default: not drawn)",
+    )
+    p.add_argument(
+        "--cpu", type=_NON_NEGATIVE_INT, help="pin the loop to this CPU (default: not pinned)"
+    )
+    p.add_argument(
+        "--fifo",
+        type=_int_type(1, 99),
+        metavar="PRIO",
+        help="SCHED_FIFO priority 1-99 (needs root; default: the normal scheduler)",
+    )
     p.add_argument(
         "--mlock", action="store_true", help="lock the process's memory (no page faults in a tick)"
     )
@@ -252,10 +348,18 @@ def _eval_flags(p: argparse.ArgumentParser) -> None:
     """The flags of `orin-rl eval`."""
     p.add_argument("model", type=Path, help="run folder, bundle folder or engine file")
     p.add_argument(
-        "--episodes", type=int, default=10, metavar="N", help="episodes to run (default 10)"
+        "--episodes",
+        type=int,  # cli/eval.py checks N >= 1
+        default=10,
+        metavar="N",
+        help="episodes to run (default 10)",
     )
     p.add_argument(
-        "--seed", type=int, default=0, metavar="S", help="episode i starts from seed S + i"
+        "--seed",
+        type=_NON_NEGATIVE_INT,
+        default=0,
+        metavar="S",
+        help="episode i starts from seed S + i",
     )
     p.add_argument("--env", help="gymnasium id (default: the one the policy was trained on)")
     p.add_argument("--env-kwargs", metavar="JSON", help=ENV_KWARGS_HELP + "; default: training's")
@@ -268,7 +372,8 @@ def _eval_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--precision",
         choices=["fp32", "fp16", "int8"],
-        help="evaluate the bundle's model of this precision on ONNX Runtime (int8: Q/DQ)",
+        help="evaluate the bundle's model of this precision on ONNX Runtime (int8: Q/DQ; "
+        "default: the bundle's policy.onnx)",
     )
     p.add_argument("--device", default="cpu", help="inference device: cpu or cuda")
     p.add_argument(
@@ -278,9 +383,17 @@ def _eval_flags(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--render", action="store_true", help="show the episodes in a window")
     p.add_argument(
-        "--video", type=Path, metavar="DIR", help="write one MP4 per episode into DIR (moviepy)"
+        "--video",
+        type=Path,
+        metavar="DIR",
+        help="write one MP4 per episode into DIR (moviepy; default: no video)",
     )
-    p.add_argument("--report", type=Path, metavar="FILE", help="write the results as JSON here")
+    p.add_argument(
+        "--report",
+        type=Path,
+        metavar="FILE",
+        help="write the results as JSON here (default: not written)",
+    )
 
 
 def _bench_flags(p: argparse.ArgumentParser) -> None:
@@ -293,15 +406,25 @@ def _bench_flags(p: argparse.ArgumentParser) -> None:
         "onnxruntime,torch)",
     )
     p.add_argument("--device", default="cpu", help="where the backends run: cpu or cuda")
-    p.add_argument("--batch", default="1,128", help="comma list of batch sizes")
+    p.add_argument("--batch", type=_batch_sizes, default="1,128", help="comma list of batch sizes")
     p.add_argument(
         "--iters",
-        type=int,
+        type=_POSITIVE_INT,
         default=1000,
         help="timed calls per backend and batch size, after a warm-up (default 1000)",
     )
-    p.add_argument("--threads", type=int, default=1, help="CPU threads for ONNX Runtime / torch")
-    p.add_argument("--out", type=Path, default=Path("bench/infer"), help="output prefix")
+    p.add_argument(
+        "--threads",
+        type=_NON_NEGATIVE_INT,
+        default=1,
+        help="CPU threads for ONNX Runtime / torch; 0 leaves the choice to them",
+    )
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=Path("bench/infer"),
+        help="output prefix: writes PREFIX.json, PREFIX.md and PREFIX.png",
+    )
     _add_backend_options(p)
 
 
@@ -322,8 +445,13 @@ def _demo_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--device", default="cpu", choices=["auto", "cpu", "cuda"], help="learner device"
     )
-    p.add_argument("--rate", type=float, default=500.0, help="control-loop rate for the run step")
-    p.add_argument("--steps", type=int, default=2000, help="control-loop iterations")
+    p.add_argument(
+        "--rate",
+        type=_NON_NEGATIVE,
+        default=500.0,
+        help="control-loop rate of the run step in Hz; 0 runs as fast as possible",
+    )
+    p.add_argument("--steps", type=_POSITIVE_INT, default=2000, help="control-loop iterations")
     p.add_argument("--overwrite", action="store_true", help="replace an existing demo folder")
 
 
@@ -331,8 +459,12 @@ def _plant_server_flags(p: argparse.ArgumentParser) -> None:
     """The flags of `orin-rl plant-server`."""
     p.add_argument("--env", default="Pendulum-v1", help="gymnasium id (default Pendulum-v1)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-    p.add_argument("--port", type=int, default=5555, help="UDP port (default 5555)")
-    p.add_argument("--max-episode-steps", type=int, help="override the env's time limit")
+    p.add_argument("--port", type=_int_type(0, 65535), default=5555, help="UDP port (default 5555)")
+    p.add_argument(
+        "--max-episode-steps",
+        type=_POSITIVE_INT,
+        help="override the env's time limit (default: the env's own)",
+    )
 
 
 def _envs_flags(p: argparse.ArgumentParser) -> None:
@@ -442,7 +574,7 @@ COMMANDS = [
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``orin-rl`` argument parser."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="orin-rl",
         description=DESCRIPTION,
         epilog=EPILOG,
@@ -453,5 +585,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-q", "--quiet", action="store_true", help="warnings and errors only")
     sub = parser.add_subparsers(dest="command", required=True, title="commands", metavar="COMMAND")
     for name, flags, help_line, description in COMMANDS:
-        flags(sub.add_parser(name, help=help_line, description=description))
+        flags(
+            sub.add_parser(
+                name,
+                help=help_line,
+                description=description,
+                formatter_class=_DefaultsHelpFormatter,
+            )
+        )
     return parser

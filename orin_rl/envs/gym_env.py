@@ -13,12 +13,15 @@ from gymnasium.vector import AutoresetMode
 from gymnasium.wrappers.vector import RecordEpisodeStatistics
 
 from orin_rl.buffers import memory
-from orin_rl.env_factory import EnvMakeError, import_env_module, resolve_wrappers
+from orin_rl.env_factory import (
+    EnvMakeError,
+    import_env_module,
+    make_error_message,
+    resolve_wrappers,
+)
 from orin_rl.envs.base import EnvError, EnvOptions, StepResult, VecEnv
 
 log = logging.getLogger(__name__)
-
-MUJOCO_HINT = "install the MuJoCo extra: pip install 'orin-rl[mujoco]'"
 
 
 class _TimedStep(gym.vector.VectorWrapper):
@@ -343,8 +346,8 @@ def make_gym(
         )
     except EnvMakeError as exc:
         raise EnvError(str(exc)) from None
-    except gym.error.DependencyNotInstalled as exc:
-        raise EnvError(f"{env_id}: {exc}; {MUJOCO_HINT}") from None
+    except (gym.error.DependencyNotInstalled, gym.error.NamespaceNotFound) as exc:
+        raise EnvError(make_error_message(env_id, exc)) from None
     except gym.error.Error as exc:
         raise EnvError(f"{env_id}: {exc}") from None
     except TypeError as exc:  # a keyword the constructor does not take
