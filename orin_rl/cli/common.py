@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from typing import Any
 
 from orin_rl.errors import OrinError
@@ -37,3 +38,21 @@ def _backend_options(args: argparse.Namespace, batch: int) -> dict[str, Any]:
 
         options["ort_settings"] = ep_settings(load_recipe(args.ort_recipe))
     return options
+
+
+def output_file(path: Any, flag: str) -> None:
+    """Make ``path``'s folder and check it can be written, before the work that ends in it
+    (a typo in ``--report out/x.json`` must not cost the whole run)."""
+    if path is None:
+        return
+    from pathlib import Path
+
+    path = Path(path)
+    if path.is_dir():
+        raise UsageError(f"{flag} {path}: is a folder; name a file")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"{flag} {path}: cannot make its folder ({exc.strerror})") from None
+    if not os.access(path.parent, os.W_OK):
+        raise UsageError(f"{flag} {path}: its folder is not writable")

@@ -7,7 +7,7 @@ import json
 
 import numpy as np
 
-from orin_rl.cli.common import UsageError, env_kwargs_arg
+from orin_rl.cli.common import UsageError, env_kwargs_arg, output_file
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
@@ -18,6 +18,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if args.episodes <= 0:
         raise UsageError(f"--episodes must be positive, got {args.episodes}")
     env_kwargs = env_kwargs_arg(args.env_kwargs)
+    output_file(args.report, "--report")  # before the episodes, not after them
     with load_policy(args.model, args.backend, args.device, precision=args.precision) as policy:
         result = evaluate_policy(
             policy,

@@ -10,6 +10,7 @@ from orin_rl.cli.common import (
     UsageError,
     _backend_options,
     env_kwargs_arg,
+    output_file,
 )
 
 
@@ -21,6 +22,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise UsageError(f"--rate must be >= 0 (0: as fast as possible), got {args.rate:g}")
     if args.steps <= 0:
         raise UsageError(f"--steps must be positive, got {args.steps}")
+    output_file(args.report, "--report")  # before the loop, not after it
+    output_file(args.histogram, "--histogram")
     loop = {
         "cpu": args.cpu,
         "fifo_priority": args.fifo,

@@ -6,6 +6,7 @@ import argparse
 import json
 import logging
 import os
+import re
 import shlex
 import sys
 from datetime import datetime
@@ -75,6 +76,14 @@ def train_config(args: argparse.Namespace) -> Config:
     return config_mod.apply_overrides(cfg, flags + list(args.set))
 
 
+def default_run_folder(env_id: str) -> Path:
+    """``runs/ENV-DATE-TIME`` for a run without ``--out``: the id after a ``module:`` prefix,
+    characters other than letters, digits, ``.``, ``_`` and ``-`` as ``_`` (no colon in a
+    folder name: it breaks tools, ``scp`` and Windows shares)."""
+    name = re.sub(r"[^A-Za-z0-9._-]+", "_", env_id.rpartition(":")[2]).strip("._") or "run"
+    return Path("runs") / f"{name}-{datetime.now():%Y%m%d-%H%M%S}"
+
+
 def _yaml_str(raw: str) -> str | None:
     """A ``--set`` value read as YAML, when it is a string (None otherwise)."""
     try:
@@ -89,20 +98,19 @@ def cmd_train(args: argparse.Namespace) -> int:
     from orin_rl.runners import train
 
     if args.resume is not None:
-        flags_given = any(getattr(args, n) is not None for n in TRAIN_FLAGS)
-        if args.config or args.set or args.no_preset or flags_given:
-            raise UsageError(
-                "--resume continues the run with its saved config.yaml; drop the other options"
-            )
+        from orin_rl.runners import run_folder
+
+        # The state first: a missing folder or a bad checkpoint fails before "(resumed)".
+        state = run_folder.resume_state(args.resume, _resume_changes(args))
         print(f"run folder: {args.resume} (resumed)", flush=True)
         args.run_folder = args.resume
-        summary = train(Config(), args.resume, resume=True, progress=_progress(args))
+        summary = train(None, args.resume, resume=True, progress=_progress(args), state=state)
         return _report(summary, args.resume)
     cfg = train_config(args)
     if args.print_config:
-        print(yaml.safe_dump(config_mod.to_dict(cfg), sort_keys=False), end="")
+        print(config_mod.to_yaml(cfg), end="")
         return 0
-    out = args.out or Path("runs") / f"{cfg.env.env_id}-{datetime.now():%Y%m%d-%H%M%S}"
+    out = args.out or default_run_folder(cfg.env.env_id)
     if args.nproc is not None and args.nproc < 1:
         raise UsageError(f"--nproc must be positive, got {args.nproc}")
     if args.nproc is not None and args.nproc > 1 and "WORLD_SIZE" not in os.environ:
@@ -116,6 +124,23 @@ def cmd_train(args: argparse.Namespace) -> int:
         return 0
     print(f"run folder: {out}")
     return _report(summary, out)
+
+
+def _resume_changes(args: argparse.Namespace) -> list[str]:
+    """What ``--resume`` may change (``run_folder.RESUME_KEYS``), as ``key=value`` overrides:
+    ``--total-steps N`` and ``--set`` of those keys; anything else is refused by name."""
+    from orin_rl.runners.run_folder import RESUME_KEYS
+
+    others = [n for n in TRAIN_FLAGS if n != "total_steps" and getattr(args, n) is not None]
+    if args.config or args.no_preset or others:
+        given = "--config" if args.config else "--no-preset" if args.no_preset else others[0]
+        raise UsageError(
+            f"--resume continues the run with its checkpoint's config; it takes --total-steps "
+            f"N (train further) and --set of {', '.join(RESUME_KEYS)}, not "
+            f"{given if given.startswith('--') else '--' + given.replace('_', '-')}"
+        )
+    changes = [f"train.total_steps={args.total_steps}"] if args.total_steps is not None else []
+    return changes + list(args.set)
 
 
 def _progress(args: argparse.Namespace) -> bool | str:
@@ -154,6 +179,24 @@ def _resume_command(run_dir: Path, world_size: int = 1) -> str:
     return f"orin-rl train --resume {shlex.quote(str(run_dir))}{nproc}"
 
 
+def _solved_line(summary: dict[str, Any]) -> str:
+    """ "solved" is the final policy's evaluation against the threshold; a periodic evaluation
+    that reached it earlier is said as such, so the two never read as one contradiction."""
+    threshold, first = summary["solved_threshold"], summary["solved_at"]
+    reached = (
+        f"a periodic evaluation reached it at step {first['global_step']:,} "
+        f"({first['time_s']:.1f} s)"
+        if first
+        else ""
+    )
+    if summary["solved"]:
+        return f"yes (threshold {threshold:g}" + (f"; {reached})" if reached else ")")
+    if summary["eval_return_mean"] is None:  # interrupted before the final evaluation
+        return f"not evaluated (threshold {threshold:g}" + (f"; {reached})" if reached else ")")
+    final = f"the final policy's evaluation is below the threshold {threshold:g}"
+    return f"no: {final}" + (f", though {reached}" if reached else "")
+
+
 def _report(summary: dict[str, Any], run_dir: Path) -> int:
     mean, std = summary["eval_return_mean"], summary["eval_return_std"]
     rows = [
@@ -172,14 +215,7 @@ def _report(summary: dict[str, Any], run_dir: Path) -> int:
         gym_mean, gym_std = summary["gym_eval_return_mean"], summary["gym_eval_return_std"]
         rows.append(("eval return (gymnasium)", f"{gym_mean:.1f} ± {gym_std:.1f}"))
     if summary["solved_threshold"] is not None:
-        solved = summary["solved_at"]
-        when = (
-            f" (first at step {solved['global_step']:,}, {solved['time_s']:.1f} s)"
-            if solved
-            else ""
-        )
-        verdict = "yes" if summary["solved"] else "no"
-        rows.append(("solved", f"{verdict} (threshold {summary['solved_threshold']}){when}"))
+        rows.append(("solved", _solved_line(summary)))
     on = summary.get("online")
     if on:  # an online run: the real-time side's figures
         lat = on["latency_us"]
