@@ -134,6 +134,7 @@ def load(
     CPU path often beats a GPU round trip.
     """
     found = _locate(model)
+    path = Path(model)
     if "onnx" in found or options.get("precision"):  # one ONNX model of a bundle
         if backend not in ("auto", "onnxruntime"):
             raise RuntimeBackendError(
@@ -142,13 +143,18 @@ def load(
         backend = "onnxruntime"
     if backend != "auto":
         return _make(backend, found, device, safe_action, **options)
+    # A bundle named by its own path runs as that bundle or not at all: "auto" must not swap
+    # in the run's checkpoint around it (a tampered policy.onnx would then run the torch model).
+    named_bundle = "bundle" in found and found["bundle"] in (path, path.parent)
     candidates = []
     if "engine" in found:
         candidates.append("tensorrt")
     if "bundle" in found and importlib.util.find_spec("onnxruntime"):
         candidates.append("onnxruntime")
-    if "run" in found and importlib.util.find_spec("torch"):
+    if "run" in found and not named_bundle and importlib.util.find_spec("torch"):
         candidates.append("torch")
+    if named_bundle:  # its integrity first: a changed file is a refusal, not "unavailable"
+        bundle.load_bundle(found["bundle"], precision=options.get("precision"))
     if not candidates:
         raise RuntimeBackendError(f"{model}: no backend can run it here (install onnxruntime)")
     timings: dict[str, dict[str, float]] = {}

@@ -251,3 +251,23 @@ def test_ort_bound_buffers_follow_the_batch_and_are_not_handed_out(run_with_bund
         for got, kept in answers:  # later calls did not overwrite an earlier answer
             np.testing.assert_array_equal(got, kept)
         assert sorted(backend._bindings) == [1, 7, 64]
+
+
+def test_a_tampered_bundle_is_refused_not_replaced_by_its_run(run_with_bundle, tmp_path, capsys):
+    """A bundle named by its path runs as that bundle or not at all: with policy.onnx changed,
+    "auto" must not fall back to the run's checkpoint beside it (it did, exit 0)."""
+    import shutil
+
+    from orin_rl import cli
+    from orin_rl.bundle import BundleError
+
+    run = tmp_path / "run"
+    shutil.copytree(run_with_bundle, run)
+    (run / "bundle" / "policy.onnx").write_bytes(b"garbage")
+    with pytest.raises(BundleError, match="sha256 differs"):
+        load(run / "bundle", "auto")
+    argv = ["-q", "run", "--model", str(run / "bundle"), "--steps", "5", "--rate", "0"]
+    assert cli.main(argv) == 2
+    assert "sha256 differs" in capsys.readouterr().err
+    with load(run, "auto") as backend:  # the run folder named: its checkpoint may run
+        assert backend.name == "torch"
