@@ -103,7 +103,8 @@ def bench_task(task: str, args, work: Path) -> dict:
                 "--env", task, "--device", args.device, "--num-envs", str(args.num_envs),
                 "--total-steps", str(steps), "--seed", str(args.seed), "--out", str(ours_dir),
                 "--set", f"ppo.num_steps={args.steps_per_env}",
-                "--set", "train.eval_episodes=64", *args.ours_set]  # fmt: skip
+                "--set", "train.eval_episodes=64",
+                *([] if args.ours_eager else ["--cuda-graphs"]), *args.ours_set]  # fmt: skip
     row: dict = {"task": task, "num_envs": args.num_envs, "env_steps": steps}
     results = {}
     for name, cmd, cwd, env, logdir in (
@@ -201,6 +202,12 @@ def main() -> None:
     p.add_argument("--ours-pythonpath", help="PYTHONPATH of orin_rl's process")
     p.add_argument("--ours-set", action="append", default=[], help="extra --set for ours")
     p.add_argument("--skip", action="append", default=[], choices=["ours", "mjlab"])
+    p.add_argument(
+        "--ours-eager",
+        action="store_true",
+        help="ours without --cuda-graphs (the env's step "
+        "then runs its segments eagerly, as mjlab does)",
+    )
     p.add_argument("--out", type=Path, default=ROOT / "docs/benchmarks/mjlab_h200")
     p.add_argument("--work", type=Path, help="keep the runs here (default: a temp folder)")
     args = p.parse_args()

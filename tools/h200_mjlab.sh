@@ -2,6 +2,7 @@
 # The H200 calls for mjlab's robot tasks (issue "Robot tasks"), after staging (GPU.md: the sim
 # wheels with stage-wheels.sh, then ../shared/peers/mjlab/stage.sh; /tmp/site and /tmp/mjl).
 #   bash tools/h200_mjlab.sh tests    the gpu tests of the runners, envs and algorithms
+#   bash tools/h200_mjlab.sh step [TASKS]   the env step alone (tools/bench_mjlab_step.py)
 #   bash tools/h200_mjlab.sh TASK N          bench_mjlab on TASK (N iterations; runs in /tmp/work)
 #   bash tools/h200_mjlab.sh TASK N deploy   export that run, run it 3,000 ticks at 50 Hz
 # orin_rl runs with mjlab's mujoco 3.11 (/tmp/mjl) in front of /tmp/site (numpy 2.4, warp);
@@ -13,6 +14,11 @@ mkdir -p "$OUT"
 if [ "$1" = tests ]; then
   python3 -m pytest -q -m gpu -p no:cacheprovider --durations=15 tests/runners tests/envs/test_mjlab.py \
     2>&1 | tail -45
+  exit 0
+fi
+if [ "$1" = step ]; then  # the env step alone: mjlab's, ours eager, ours as CUDA graphs
+  python3 tools/bench_mjlab_step.py --tasks "${2:-Mjlab-Velocity-Flat-Unitree-Go1,Mjlab-Velocity-Flat-Unitree-G1}" \
+    --out "$OUT/mjlab_step_h200" 2>&1 | grep -v "^\[INFO\]\|^Module " | tail -25
   exit 0
 fi
 task=$1; iters=${2:-150}; slug=$(echo "$task" | awk -F- '{print tolower($NF)}')

@@ -138,6 +138,16 @@ class VecEnv(ABC):
         metrics.jsonl and TensorBoard."""
         return {}
 
+    def use_graphs(self) -> dict[str, Any] | None:
+        """Run the backend's own step as CUDA graphs where the whole iteration cannot be
+        captured (``train.cuda_graphs`` with an env that is not ``graph_safe``): what will be
+        captured and what stays eager, or None when the backend has no graphs of its own."""
+        return None
+
+    def graph_report(self) -> dict[str, Any] | None:
+        """After ``use_graphs``: what ran as CUDA graphs and what stayed eager."""
+        return None
+
     def compile(self) -> bool:
         """``torch.compile`` the backend's own step maths where it has some (``train.compile``);
         False when there is nothing to compile."""

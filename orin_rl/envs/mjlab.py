@@ -165,16 +165,11 @@ class MjlabVecEnv(VecEnv):
         bound = np.inf if self.clip_actions is None else float(self.clip_actions)
         self.action_space = gym.spaces.Box(-bound, bound, (act_dim,), np.float32)
         self._check_no_delays()
-        self._in_step = False
-        self._terminal: torch.Tensor | None = None
-        reset_idx = self.env._reset_idx
+        from orin_rl.envs.mjlab_graph import SegmentedStep
 
-        def reset_with_terminal_obs(env_ids: torch.Tensor | None = None) -> None:
-            if self._in_step:  # the auto-reset inside env.step: keep what the worlds reached
-                self._terminal = self._terminal_obs()
-            reset_idx(env_ids)
-
-        self.env._reset_idx = reset_with_terminal_obs
+        critic_group = self._groups[1][1]
+        self._stepper = SegmentedStep(self.env, critic_group)
+        self._critic = slice(*self.obs_groups["critic"])
         self.stats = EpisodeStats(num_envs, self.device)
         self._log_sum: dict[str, torch.Tensor | float] = {}
         self._log_count: dict[str, int] = {}
@@ -212,21 +207,6 @@ class MjlabVecEnv(VecEnv):
                         "cannot take its terminal observation without advancing the delay"
                     )
 
-    def _terminal_obs(self) -> torch.Tensor:
-        """The groups' observation of the current physics state, changing nothing of mjlab's:
-        no history or delay advanced, torch's generators forked (observation noise draws)."""
-        devices = []
-        if self.device.type == "cuda":
-            devices = [
-                self.device.index if self.device.index is not None else torch.cuda.current_device()
-            ]
-        with torch.random.fork_rng(devices=devices):
-            self.env.sim.forward()  # derived quantities of the final state (step's docstring)
-            self.env.sim.sense()
-            manager = self.env.observation_manager
-            groups = {g: manager.compute_group(g, update_history=False) for _, g in self._groups}
-        return self._concat(groups)
-
     def _concat(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
         """(num_envs, actor_dim + critic_dim): the actor group, then the critic group."""
         return torch.cat([obs[g].float() for _, g in self._groups], dim=-1)
@@ -243,15 +223,16 @@ class MjlabVecEnv(VecEnv):
         return self._concat(obs)
 
     def step(self, actions: torch.Tensor) -> StepResult:
-        """mjlab's ``step``, then ``reset(env_ids=...)`` of the worlds whose episode ended."""
+        """mjlab's ``step`` (``mjlab_graph.SegmentedStep``: the same work, in segments that
+        run as CUDA graphs after ``use_graphs``).
+
+        ``final_obs`` of a world that timed out holds the critic group's observation of the
+        state it reached (what PPO bootstraps from); its actor part, and the rows of worlds
+        that ended by termination, are the next observation (nothing reads them)."""
         actions = actions.to(self.device)
         if self.clip_actions is not None:
             actions = torch.clamp(actions, -self.clip_actions, self.clip_actions)
-        self._terminal, self._in_step = None, True
-        try:
-            obs, reward, terminated, truncated, extras = self.env.step(actions)
-        finally:
-            self._in_step = False
+        obs, reward, terminated, truncated, extras, terminal = self._stepper.step(actions)
         # mjlab hands out its own buffers, which the next step overwrites: copies.
         reward, terminated, truncated = (
             reward.float().clone(),
@@ -261,11 +242,26 @@ class MjlabVecEnv(VecEnv):
         next_obs = self._concat(obs)
         done = terminated | truncated
         final_obs = next_obs
-        if self._terminal is not None:
-            final_obs = torch.where(done.unsqueeze(-1), self._terminal, next_obs)
+        if terminal is not None:
+            final_obs = next_obs.clone()
+            final_obs[:, self._critic] = torch.where(
+                truncated.unsqueeze(-1), terminal.float(), next_obs[:, self._critic]
+            )
         self.stats.record(reward, done)
         self._accumulate(extras.get("log", {}))
         return StepResult(next_obs, reward, terminated, truncated, final_obs)
+
+    def use_graphs(self) -> dict[str, Any] | None:
+        """Run the step's device work as CUDA graphs from the next step on (CUDA only): the
+        captured and the eager segments, or None on the CPU."""
+        if self.device.type != "cuda":
+            return None
+        self._stepper.use_graphs = True
+        return self._stepper.describe_plan()
+
+    def graph_report(self) -> dict[str, Any]:
+        """What ran as CUDA graphs (after the capture) and what stayed eager."""
+        return self._stepper.describe()
 
     def _accumulate(self, log_items: dict[str, Any]) -> None:
         """Add a step's logged scalars to the running sums: tensors on their device (no host

@@ -77,12 +77,16 @@ class OnPolicyRunner(Runner):
             cfg.ppo.num_minibatches,
         )
         self.use_graphs = False
+        self.env_graphs: dict[str, Any] | None = None
         if cfg.train.cuda_graphs:
             blocker = graph_blocker(self.env, self.device, cfg.ppo.target_kl)
             if blocker is None and self.dist.enabled and self.dist.backend != "nccl":
                 blocker = f"{self.dist.backend} collectives cannot be captured"
             self.use_graphs = blocker is None
-            if blocker:
+            self.env_graphs = None if self.use_graphs else self.env.use_graphs()
+            if self.env_graphs is not None:  # the env's own step in graphs (mjlab's)
+                log.info("CUDA graphs in the env's step: %s", self.env_graphs)
+            elif blocker:
                 log.warning("CUDA graphs off: %s; running eagerly", blocker)
         args = (self.policy, self.buffer, cfg.ppo, self.num_iterations, self.device)
         options = {"precision": cfg.train.precision, "capturable": self.use_graphs}

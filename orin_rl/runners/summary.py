@@ -52,6 +52,7 @@ def build(
         "env_backend": cfg.env.backend,
         "precision": cfg.train.precision,
         "cuda_graphs": runner.graphed(),
+        "env_graphs": runner.env.graph_report() if getattr(runner, "env_graphs", None) else None,
         "compiled": cfg.train.compile,
         "fused": runner._fused_path(),
         "obs_into_buffer": runner.obs_into_buffer,

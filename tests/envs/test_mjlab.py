@@ -31,18 +31,18 @@ EPISODE = 5
 """Steps per episode in these tests: every env times out at steps 5, 10, 15."""
 
 
-def _actions(steps: int, dim: int, seed: int = 0) -> list[torch.Tensor]:
+def _actions(steps: int, dim: int, seed: int = 0, n: int = N) -> list[torch.Tensor]:
     g = torch.Generator().manual_seed(seed)
-    return [0.5 * torch.randn(N, dim, generator=g) for _ in range(steps)]
+    return [0.5 * torch.randn(n, dim, generator=g) for _ in range(steps)]
 
 
-def _mjlab_rollout(device: str, actions: list[torch.Tensor]) -> list[tuple]:
+def _mjlab_rollout(device: str, actions: list[torch.Tensor], task: str = GO1) -> list[tuple]:
     """mjlab's own env (auto-reset on), seeded as ours: (obs, reward, terminated, truncated)."""
     from mjlab.envs import ManagerBasedRlEnv
 
     registry = import_mjlab()
-    cfg = registry.load_env_cfg(GO1)
-    cfg.scene.num_envs = N
+    cfg = registry.load_env_cfg(task)
+    cfg.scene.num_envs = actions[0].shape[0]
     cfg.seed = 3
     cfg.episode_length_s = EPISODE * cfg.sim.mujoco.timestep * cfg.decimation
     env = ManagerBasedRlEnv(cfg=cfg, device=device)
@@ -90,9 +90,36 @@ def test_the_adapters_step_is_mjlabs_step(device):
     assert ended >= 3 * N  # the time-outs at steps 5, 10 and 15 were all compared
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("task", [GO1, "Mjlab-Velocity-Flat-Unitree-G1"])
+def test_the_graphed_step_is_mjlabs_step(task):
+    """The step's segments captured as CUDA graphs and replayed: against mjlab's own eager
+    ``env.step`` from the same seed, the same resets and, within CUDA's run-to-run spread,
+    the same rewards and observations (first episode); the segments really ran as graphs."""
+    n = 64
+    ours = MjlabVecEnv(task, n, "cuda", EnvOptions(seed=3, max_episode_steps=EPISODE))
+    actions = _actions(3 * EPISODE + 2, ours.action_space.shape[0], n=n)
+    plan = ours.use_graphs()
+    assert {"action", "rewards"} <= set(plan["graphs"])
+    ours.reset()
+    got = [ours.step(a) for a in actions]
+    report = ours.graph_report()
+    ours.close()
+    assert report["graphs"] == plan["graphs"], report
+    want = _mjlab_rollout("cuda", actions, task)
+    for t, (step, (obs, reward, terminated, truncated)) in enumerate(zip(got, want, strict=True)):
+        assert torch.equal(step.truncated.cpu(), truncated), t
+        if t < EPISODE:
+            assert torch.equal(step.terminated.cpu(), terminated), t
+            torch.testing.assert_close(step.reward.cpu(), reward.float(), rtol=2e-3, atol=2e-3)
+            torch.testing.assert_close(step.obs.cpu(), obs.float(), rtol=2e-3, atol=2e-3)
+    assert int(got[EPISODE - 1].truncated.sum()) > 0  # the first time-outs were compared
+
+
 def test_time_outs_keep_the_terminal_observation():
-    """The final observation of a timed-out world is the one mjlab's manual-reset mode returns
-    for the state it reached (play configuration: no observation noise), not its next start."""
+    """The critic part of a timed-out world's final observation is the one mjlab's manual-reset
+    mode returns for the state it reached (play configuration: no observation noise), not its
+    next start; the actor part is the next observation (only the critic reads final_obs)."""
     from mjlab.envs import ManagerBasedRlEnv
 
     ours = MjlabVecEnv(
@@ -101,6 +128,8 @@ def test_time_outs_keep_the_terminal_observation():
     actions = _actions(EPISODE, ours.action_space.shape[0], seed=1)
     ours.reset()
     steps = [ours.step(a) for a in actions]
+    critic = slice(*ours.obs_groups["critic"])
+    actor = slice(*ours.obs_groups["actor"])
     ours.close()
     assert bool(steps[-1].truncated.all()) and not bool(steps[-2].truncated.any())
     cfg = import_mjlab().load_env_cfg(GO1, play=True)
@@ -110,15 +139,17 @@ def test_time_outs_keep_the_terminal_observation():
     env.reset(seed=5)
     for a in actions:
         obs, *_ = env.step(a)
-    terminal = torch.cat([obs["actor"], obs["critic"]], dim=-1).float()
+    terminal = obs["critic"].float()
     env.close()
     final, start = steps[-1].final_obs, steps[-1].obs
+    assert torch.equal(final[:, actor], start[:, actor])
+    final, start = final[:, critic], start[:, critic]
     assert (final - start).abs().amax() > 0.1  # a reset start is not the terminal state
-    # The velocity command (the last 3 values of Go1's actor group, 45:48, and the same terms
-    # of the critic's, 93:96) is the one of the step's start: mjlab updates a heading-driven
-    # yaw command after the reset point. Every other value is the terminal state's.
+    # The velocity command (values 45:48 of Go1's critic group) is the one of the step's
+    # start: mjlab updates a heading-driven yaw command after the reset point. Every other
+    # value is the terminal state's.
     command = torch.zeros(final.shape[-1], dtype=torch.bool)
-    command[45:48] = command[93:96] = True
+    command[45:48] = True
     torch.testing.assert_close(final[:, ~command], terminal[:, ~command], rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(final[:, command], terminal[:, command], rtol=0, atol=1e-2)
 
@@ -251,3 +282,34 @@ def test_a_missing_mjlab_names_the_extra(monkeypatch):
     finally:
         monkeypatch.setattr(builtins, "__import__", real_import)
         mjlab_env.import_mjlab.cache_clear()
+
+
+def test_list_indices_become_cached_device_tensors_with_the_same_values():
+    """What makes mjlab's reward terms capturable (``x[:, asset_cfg.body_ids, :]``): inside the
+    context a list of ints indexing a tensor on the device is a cached int64 tensor, for reads
+    and writes, with the values plain indexing gives; other indices and devices are left
+    alone, and torch's indexing is itself again afterwards."""
+    from orin_rl.envs.mjlab_graph import device_list_indices
+
+    x = torch.arange(60.0).reshape(3, 4, 5)
+    want = x[:, [2, 0], :], x[[1, 1], 3], x[:, [True, False, True, False]]
+    cache: dict = {}
+    y = x.clone()
+    original = torch.Tensor.__getitem__
+    with device_list_indices(cache, torch.device("cpu")):
+        got = x[:, [2, 0], :], x[[1, 1], 3], x[:, [True, False, True, False]]
+        y[:, [3, 1], 0] = -1.0
+        again = x[:, [2, 0], :]
+    assert torch.Tensor.__getitem__ is original
+    for g, w in zip(got, want, strict=True):
+        assert torch.equal(g, w)
+    assert torch.equal(again, want[0])
+    assert set(k[1] for k in cache) == {(2, 0), (1, 1), (3, 1)}  # bools stay a mask
+    assert all(v.dtype == torch.int64 for v in cache.values())
+    z = x.clone()
+    z[:, [3, 1], 0] = -1.0
+    assert torch.equal(y, z)
+    cache.clear()
+    with device_list_indices(cache, torch.device("cuda")):  # another device: untouched
+        assert torch.equal(x[:, [2, 0], :], want[0])
+    assert cache == {}

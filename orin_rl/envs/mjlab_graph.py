@@ -1,0 +1,362 @@
+"""mjlab's ``ManagerBasedRlEnv.step`` (mjlab 1.6) in segments, the segments as CUDA graphs.
+
+An eager mjlab step launches 1.6-2.4k CUDA kernels from Python for ~10 ms of physics: it is
+launch-bound. Its host branches sit in a few places (measured on the CPU by tracing every
+``nonzero``/``item``/``bool`` of a step, Go1 and G1 velocity tasks): the interval events'
+timers, the reset ids, command resampling, the velocity command's heading/standing split and
+the raycast sensor's singularity check. Everything between them is device work with no
+Python decision on device values, so this module runs the step as
+
+    [process + apply action, write]  sim.step  [update, apply, write]  sim.step ... [update,
+    counters, terminations, rewards, metrics]  | step/interval events, resets,
+    sim.forward, commands, sim.sense (eager) |  [observations]
+
+where each ``[...]`` is one ``torch.cuda.CUDAGraph`` on CUDA (captured after a warm-up step)
+and ``sim.step``/``sim.forward``/``sim.sense`` launch mjlab's own Warp graphs between them, on
+the same stream. The eager parts are mjlab's code, called as ``env.step`` calls it. On the CPU
+(Warp's CPU device) or with graphs off the segments run eagerly: that path is held against
+``env.step`` bit for bit by the CPU tests, and the graphed one against it by the ``gpu`` tests.
+
+What a graph cannot keep, it does not capture: a segment that reads a Python-side buffer
+pointer (an actuator's command delay, an observation term's history or delay) stays eager, and
+``describe()`` says which segments are graphs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+log = logging.getLogger(__name__)
+
+
+def _actuators_have_delay(env: Any) -> bool:
+    """An actuator delays commands through a DelayBuffer whose pointer is a Python int."""
+    for entity in getattr(env.scene, "entities", {}).values():
+        for actuator in getattr(entity, "actuators", None) or []:
+            cfg = getattr(actuator, "cfg", None)
+            if getattr(cfg, "delay_max_lag", 0) > 0:
+                return True
+    return False
+
+
+def _observations_have_buffers(env: Any) -> bool:
+    """An observation term with history or delay advances a Python-int pointer per step."""
+    manager = env.observation_manager
+    return any(
+        cfg.history_length > 0 or cfg.delay_max_lag > 0
+        for cfgs in manager._group_obs_term_cfgs.values()
+        for cfg in cfgs
+    )
+
+
+def group_has_noise(env: Any, group: str) -> bool:
+    """Observation noise draws from torch's generator (a graph would advance it)."""
+    return any(cfg.noise is not None for cfg in env.observation_manager._group_obs_term_cfgs[group])
+
+
+def _is_int_list(x: Any) -> bool:
+    return (
+        type(x) is list
+        and len(x) > 0
+        and all(type(v) is int for v in x)  # not bool: a list of bools is a mask
+    )
+
+
+@contextlib.contextmanager
+def device_list_indices(cache: dict[tuple, torch.Tensor], device: torch.device):
+    """Indexing a CUDA tensor with a Python list of ints (``x[:, asset_cfg.body_ids, :]``, as
+    mjlab's reward terms do) copies the list to the device at every call, and a copy from
+    pageable memory cannot be captured. Within this context such a list, indexing a tensor on
+    ``device``, becomes a cached int64 tensor there: the same advanced indexing, made once
+    (eagerly, in the warm-up step) and reused while capturing."""
+    getitem, setitem = torch.Tensor.__getitem__, torch.Tensor.__setitem__
+
+    def convert(tensor: torch.Tensor, idx: Any) -> Any:
+        here = tensor.device
+        if here.type != device.type or (device.index is not None and here.index != device.index):
+            return idx
+
+        def one(x: Any) -> Any:
+            if not _is_int_list(x):
+                return x
+            key = (tensor.device, tuple(x))
+            if key not in cache:
+                cache[key] = torch.tensor(x, dtype=torch.int64, device=tensor.device)
+            return cache[key]
+
+        if isinstance(idx, tuple):
+            return tuple(one(x) for x in idx)
+        return one(idx)
+
+    def patched_getitem(self, idx):
+        return getitem(self, convert(self, idx))
+
+    def patched_setitem(self, idx, value):
+        return setitem(self, convert(self, idx), value)
+
+    torch.Tensor.__getitem__ = patched_getitem
+    torch.Tensor.__setitem__ = patched_setitem
+    try:
+        yield
+    finally:
+        torch.Tensor.__getitem__ = getitem
+        torch.Tensor.__setitem__ = setitem
+
+
+class _Segment:
+    """One piece of device work: run eagerly, or captured once and replayed."""
+
+    def __init__(self, name: str, fn: Callable[[], None], graphable: bool):
+        self.name = name
+        self.fn = fn
+        self.graphable = graphable
+        self.graph: torch.cuda.CUDAGraph | None = None
+
+    def __call__(self) -> None:
+        if self.graph is not None:
+            self.graph.replay()
+        else:
+            self.fn()
+
+    def capture(self, stream: torch.cuda.Stream) -> None:
+        graph = torch.cuda.CUDAGraph()
+        enabled = gc.isenabled()
+        gc.disable()  # no finaliser (a Warp graph's, an array's free) recorded into the graph
+        try:
+            with torch.cuda.graph(graph, stream=stream):
+                self.fn()
+        finally:
+            if enabled:
+                gc.enable()
+        self.graph = graph
+
+
+class SegmentedStep:
+    """``env.step`` of an mjlab ``ManagerBasedRlEnv`` as segments (module docstring).
+
+    ``step(action)`` returns what ``env.step`` returns, plus the critic group's observation of
+    the worlds that timed out, taken before their reset (None when none did).
+    """
+
+    def __init__(self, env: Any, terminal_group: str, use_graphs: bool = False):
+        if not env.cfg.auto_reset:
+            raise ValueError("SegmentedStep steps mjlab envs with auto_reset=True")
+        self.env = env
+        self.terminal_group = terminal_group
+        self.decimation = int(env.cfg.decimation)
+        self.device = torch.device(env.device)
+        self._action = torch.zeros(
+            (env.num_envs, env.action_manager.total_action_dim), device=self.device
+        )
+        delay = _actuators_have_delay(env)
+        buffers = _observations_have_buffers(env)
+        self.segments = [_Segment("action", self._first_substep, not delay)]
+        for k in range(self.decimation):
+            last = k == self.decimation - 1
+            self.segments.append(
+                _Segment(
+                    "rewards" if last else f"substep{k + 1}",
+                    self._end_of_step if last else self._between_substeps,
+                    not delay,
+                )
+            )
+        self.observe = _Segment("observations", self._observations, not buffers)
+        self.terminal = _Segment(
+            "terminal",
+            self._terminal_obs,
+            not buffers and not group_has_noise(env, terminal_group),
+        )
+        # What the segments leave for the step (set by their first run, eager or captured).
+        self._terminal_out: Any = None
+        self._outputs: Any = None
+        self._obs: Any = None
+        self.use_graphs = use_graphs and self.device.type == "cuda"
+        self._index_cache: dict[tuple, torch.Tensor] = {}
+        self.captured = False
+        # mjlab writes sim data on Warp's stream and relies on its implicit ordering with
+        # torch's legacy default stream; the segmented step runs everything on Warp's stream,
+        # so graph capture and replay see one stream and one order.
+        self._stream = None
+        if self.device.type == "cuda":
+            import warp as wp
+
+            wp_stream = wp.get_stream(env.sim.wp_device)
+            self._stream = torch.cuda.ExternalStream(wp_stream.cuda_stream, device=self.device)
+
+    # ------------------------------------------------------------ the segments' device work
+    def _first_substep(self) -> None:
+        env = self.env
+        env.action_manager.process_action(self._action)
+        env.action_manager.apply_action()
+        env.scene.write_data_to_sim()
+
+    def _between_substeps(self) -> None:
+        env = self.env
+        env.scene.update(dt=env.physics_dt)
+        env.metrics_manager.compute_substep()
+        env.action_manager.apply_action()
+        env.scene.write_data_to_sim()
+
+    def _end_of_step(self) -> None:
+        env = self.env
+        env.scene.update(dt=env.physics_dt)
+        env.metrics_manager.compute_substep()
+        env.episode_length_buf += 1
+        env.reset_buf = env.termination_manager.compute()
+        env.reset_terminated = env.termination_manager.terminated
+        env.reset_time_outs = env.termination_manager.time_outs
+        env.reward_buf = env.reward_manager.compute(dt=env.step_dt)
+        env.metrics_manager.compute()
+        self._outputs = (env.reset_buf, env.reset_terminated, env.reset_time_outs, env.reward_buf)
+
+    def _observations(self) -> None:
+        self._obs = self.env.observation_manager.compute(update_history=True)
+
+    def _terminal_obs(self) -> None:
+        manager = self.env.observation_manager
+        self._terminal_out = manager.compute_group(self.terminal_group, update_history=False)
+
+    # ------------------------------------------------------------------------ the step
+    def step(self, action: torch.Tensor) -> tuple[Any, ...]:
+        """One step. With graphs on, the first call is an eager step followed by the capture
+        (which changes no world), and later calls replay."""
+        if self._stream is None:
+            return self._step(action)
+        caller = torch.cuda.current_stream(self.device)
+        self._stream.wait_stream(caller)  # the action was written on the caller's stream
+        with torch.cuda.stream(self._stream):  # type: ignore[arg-type]
+            if self.use_graphs and not self.captured:
+                with device_list_indices(self._index_cache, self.device):  # warm-up, then capture
+                    out = self._step(action)
+                    self._capture()
+            else:
+                out = self._step(action)
+        caller.wait_stream(self._stream)  # the caller reads what the step wrote
+        return out
+
+    def _step(self, action: torch.Tensor) -> tuple[Any, ...]:
+        """mjlab 1.6's ``ManagerBasedRlEnv.step`` with ``auto_reset=True``, line for line."""
+        env = self.env
+        env.extras["log"] = dict()
+        self._action.copy_(action)
+        segments = iter(self.segments)
+        next(segments)()
+        for k in range(self.decimation):
+            env._sim_step_counter += 1
+            env.sim.step()
+            if k == self.decimation - 1:
+                env.common_step_counter += 1  # before terminations and rewards, as mjlab
+            next(segments)()
+        env.reset_buf, env.reset_terminated, env.reset_time_outs, env.reward_buf = self._outputs
+        if "step" in env.event_manager.available_modes:
+            env.event_manager.apply(mode="step", dt=env.step_dt)
+        if "interval" in env.event_manager.available_modes:
+            env.event_manager.apply(mode="interval", dt=env.step_dt)
+
+        terminal = None
+        reset_env_ids = env.reset_buf.nonzero(as_tuple=False).squeeze(-1)
+        resets = len(reset_env_ids) > 0
+        if resets:
+            if bool(env.reset_time_outs.any()):  # only time-outs bootstrap from it
+                terminal = self._terminal_observation()
+            env.recorder_manager.record_pre_reset(reset_env_ids)
+            env._reset_idx(reset_env_ids)
+            env.scene.write_data_to_sim()
+        env.sim.forward()
+        if resets:
+            command_dt = env._command_dt
+            command_dt.fill_(env.step_dt)
+            command_dt[reset_env_ids] = 0.0
+            env.command_manager.compute(dt=command_dt)
+        else:
+            env.command_manager.compute(dt=env.step_dt)
+        env.sim.sense()
+        self.observe()
+        env.obs_buf = self._obs
+        env.observation_manager._obs_buffer = self._obs
+        if resets:
+            env.recorder_manager.record_post_reset(reset_env_ids)
+        env.recorder_manager.record_post_step()
+        return (
+            env.obs_buf,
+            env.reward_buf,
+            env.reset_terminated,
+            env.reset_time_outs,
+            env.extras,
+            terminal,
+        )
+
+    def _terminal_observation(self) -> torch.Tensor:
+        """The terminal group's observation of the state the worlds reached (before reset):
+        derived quantities refreshed first, as the step's docstring says they lag; torch's
+        generator forked where the group draws noise (eagerly then)."""
+        env = self.env
+        env.sim.forward()
+        env.sim.sense()
+        if self.terminal.graph is not None:
+            self.terminal()
+        elif self.terminal.graphable:  # graphs on or off, the same numbers
+            self._terminal_obs()
+        else:
+            devices = [self.device.index or 0] if self.device.type == "cuda" else []
+            with torch.random.fork_rng(devices=devices):
+                self._terminal_obs()
+        return self._terminal_out.clone()
+
+    # ------------------------------------------------------------------------ capture
+    def _capture(self) -> None:
+        """Capture every graphable segment in the order a step runs them, right after an
+        eager step (lazy state made, kernels loaded). Capturing records the work, it does not
+        run it: no world changes. What the eager step left in ``env`` is put back."""
+        env = self.env
+        kept = (
+            env.obs_buf,
+            env.reward_buf,
+            env.reset_buf,
+            env.reset_terminated,
+            env.reset_time_outs,
+            env.observation_manager._obs_buffer,
+        )
+        if self.terminal.graphable:
+            self._terminal_obs()  # its warm-up (an observation only, nothing advanced)
+        torch.cuda.synchronize(self.device)
+        for segment in [*self.segments, self.observe, self.terminal]:
+            if segment.graphable:
+                segment.capture(self._stream)
+        torch.cuda.synchronize(self.device)
+        (
+            env.obs_buf,
+            env.reward_buf,
+            env.reset_buf,
+            env.reset_terminated,
+            env.reset_time_outs,
+            env.observation_manager._obs_buffer,
+        ) = kept
+        self.captured = True
+        log.info("mjlab step: CUDA graphs %s; eager %s", *self.describe().values())
+
+    def describe_plan(self) -> dict[str, Any]:
+        """Which segments become graphs at the capture, and why the others stay eager."""
+        every = [*self.segments, self.observe, self.terminal]
+        why = {
+            "action": "an actuator delays commands (a Python-side buffer pointer)",
+            "observations": "an observation term keeps history or delay (Python pointer)",
+            "terminal": "the critic group draws observation noise, or keeps history",
+        }
+        return {
+            "graphs": [s.name for s in every if s.graphable],
+            "eager": {s.name: why.get(s.name, why["action"]) for s in every if not s.graphable},
+        }
+
+    def describe(self) -> dict[str, Any]:
+        every = [*self.segments, self.observe, self.terminal]
+        return {
+            "graphs": [s.name for s in every if s.graph is not None],
+            "eager": [s.name for s in every if s.graph is None],
+        }

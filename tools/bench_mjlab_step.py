@@ -1,0 +1,167 @@
+"""One mjlab env step, three ways, in one process: mjlab's own ``env.step``, orin_rl's
+segmented step run eagerly, and the same segments replayed as CUDA graphs.
+
+For each task: steps/s of ``num_envs`` worlds under random actions (resets included), and a
+torch profile of a few steps (CUDA kernels launched per step, host and device time), written
+as JSON + Markdown. The ratio graphed / eager is the speed-up of the step alone; the training
+benchmark (``tools/bench_mjlab.py``) measures the whole loop against mjlab's runner.
+
+    python tools/bench_mjlab_step.py --tasks Mjlab-Velocity-Flat-Unitree-Go1 --out OUT
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+TASKS = ("Mjlab-Velocity-Flat-Unitree-Go1", "Mjlab-Velocity-Flat-Unitree-G1")
+
+
+def _timed(step, actions, warmup: int) -> float:
+    import torch
+
+    for a in actions[:warmup]:
+        step(a)
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for a in actions[warmup:]:
+        step(a)
+    torch.cuda.synchronize()
+    return time.perf_counter() - start
+
+
+def _profile(step, actions) -> dict:
+    """CUDA kernels launched, host and device time per step, over ``actions``."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        start = time.perf_counter()
+        for a in actions:
+            step(a)
+        torch.cuda.synchronize()
+        wall = time.perf_counter() - start
+    events = prof.key_averages()
+    kernels = sum(e.count for e in events if e.device_type.name == "CUDA")
+    device_us = sum(e.self_device_time_total for e in events if e.device_type.name == "CUDA")
+    launches = sum(
+        e.count
+        for e in events
+        if e.key in ("cudaLaunchKernel", "cuLaunchKernel", "cuLaunchKernelEx", "cudaGraphLaunch")
+        or e.key.startswith("cudaLaunchKernel")
+    )
+    n = len(actions)
+    return {
+        "kernels_per_step": kernels / n,
+        "host_launch_calls_per_step": launches / n,
+        "device_ms_per_step": device_us / 1000 / n,
+        "profiled_wall_ms_per_step": 1000 * wall / n,
+    }
+
+
+def bench_task(task: str, args) -> dict:
+    import torch
+
+    from orin_rl.envs.base import EnvOptions
+    from orin_rl.envs.mjlab import MjlabVecEnv
+
+    n, steps = args.num_envs, args.steps
+    row: dict = {"task": task, "num_envs": n, "steps_timed": steps - args.warmup}
+    for mode in ("mjlab", "eager", "graphs"):
+        env = MjlabVecEnv(task, n, "cuda", EnvOptions(seed=args.seed))
+        env.reset()
+        g = torch.Generator(device="cuda").manual_seed(args.seed)
+        dim = env.action_space.shape[0]
+        actions = [torch.randn(n, dim, device="cuda", generator=g) for _ in range(steps)]
+        if mode == "mjlab":
+
+            def step(a, env=env):
+                return env.env.step(a)
+
+        else:
+            if mode == "graphs":
+                row["plan"] = env.use_graphs()
+            step = env.step
+        wall = _timed(step, actions, args.warmup)
+        row[f"{mode}_steps_per_s"] = n * (steps - args.warmup) / wall
+        row[f"{mode}_ms_per_step"] = 1000 * wall / (steps - args.warmup)
+        prof = _profile(step, actions[: args.profile_steps])
+        row.update({f"{mode}_{k}": v for k, v in prof.items()})
+        if mode == "graphs":
+            row["graphs"] = env.graph_report()
+        env.close()
+        del env
+        torch.cuda.empty_cache()
+        print(f"{task} {mode}: {row[f'{mode}_steps_per_s']:,.0f} steps/s", flush=True)
+    row["graphs_vs_mjlab"] = row["graphs_steps_per_s"] / row["mjlab_steps_per_s"]
+    row["eager_vs_mjlab"] = row["eager_steps_per_s"] / row["mjlab_steps_per_s"]
+    return row
+
+
+def write(rows: list[dict], out: Path, meta: dict) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.with_suffix(".json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
+    lines = [
+        f"# mjlab env step: mjlab's `env.step` vs orin_rl's segmented step ({meta['date']})",
+        "",
+        f"{meta['machine']}; torch {meta['torch']}. `{meta['command']}`",
+        "",
+        "| task | envs | mode | steps/s | ms/step | kernels/step | launch calls/step | "
+        "device ms/step |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        for mode in ("mjlab", "eager", "graphs"):
+            lines.append(
+                f"| {r['task']} | {r['num_envs']} | {mode} | {r[f'{mode}_steps_per_s']:,.0f} | "
+                f"{r[f'{mode}_ms_per_step']:.2f} | {r[f'{mode}_kernels_per_step']:,.0f} | "
+                f"{r[f'{mode}_host_launch_calls_per_step']:,.0f} | "
+                f"{r[f'{mode}_device_ms_per_step']:.2f} |"
+            )
+    lines += ["", "Ratios (same process, same worlds and actions):", ""]
+    for r in rows:
+        lines.append(
+            f"- {r['task']}: graphs / mjlab **{r['graphs_vs_mjlab']:.2f}x**, eager segments / "
+            f"mjlab {r['eager_vs_mjlab']:.2f}x; graphs: {', '.join(r['graphs']['graphs'])}; "
+            f"eager: {', '.join(r['graphs']['eager']) or 'none'}"
+        )
+    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--tasks", default=",".join(TASKS))
+    p.add_argument("--num-envs", type=int, default=4096)
+    p.add_argument("--steps", type=int, default=120, help="steps per mode, warm-up included")
+    p.add_argument("--warmup", type=int, default=20)
+    p.add_argument("--profile-steps", type=int, default=10)
+    p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--out", type=Path, default=ROOT / "docs/benchmarks/mjlab_step_h200")
+    args = p.parse_args()
+    import torch
+
+    meta = {
+        "machine": f"{torch.cuda.get_device_name(0)}, {os.cpu_count()} CPU cores, "
+        f"Python {platform.python_version()}",
+        "torch": torch.__version__,
+        "command": "python tools/bench_mjlab_step.py " + " ".join(sys.argv[1:]),
+        "date": time.strftime("%Y-%m-%d"),
+    }
+    rows = []
+    for task in args.tasks.split(","):
+        rows.append(bench_task(task, args))
+        write(rows, args.out, meta)
+    print(args.out.with_suffix(".md").read_text())
+
+
+if __name__ == "__main__":
+    main()
