@@ -191,22 +191,26 @@ class SegmentedStep:
 
     # ------------------------------------------------------------ the segments' device work
     def _first_substep(self) -> None:
-        env = self.env
-        env.action_manager.process_action(self._action)
-        env.action_manager.apply_action()
-        env.scene.write_data_to_sim()
+        self.env.action_manager.process_action(self._action)
+        self._apply_action()
 
     def _between_substeps(self) -> None:
-        env = self.env
-        env.scene.update(dt=env.physics_dt)
-        env.metrics_manager.compute_substep()
-        env.action_manager.apply_action()
-        env.scene.write_data_to_sim()
+        self._after_physics()
+        self._apply_action()
+
+    def _apply_action(self) -> None:
+        """The decimation loop's part before ``sim.step``."""
+        self.env.action_manager.apply_action()
+        self.env.scene.write_data_to_sim()
+
+    def _after_physics(self) -> None:
+        """The decimation loop's part after ``sim.step``."""
+        self.env.scene.update(dt=self.env.physics_dt)
+        self.env.metrics_manager.compute_substep()
 
     def _end_of_step(self) -> None:
         env = self.env
-        env.scene.update(dt=env.physics_dt)
-        env.metrics_manager.compute_substep()
+        self._after_physics()
         env.episode_length_buf += 1
         env.reset_buf = env.termination_manager.compute()
         env.reset_terminated = env.termination_manager.terminated
