@@ -74,6 +74,7 @@ def bench_task(task: str, args) -> dict:
     from orin_rl.envs.base import EnvOptions
     from orin_rl.envs.mjlab import MjlabVecEnv
 
+    os.environ["ORIN_RL_MJLAB_GRAPHS"] = "1"  # the experimental graphed step is measured
     n, steps = args.num_envs, args.steps
     row: dict = {"task": task, "num_envs": n, "steps_timed": steps - args.warmup}
     for mode in ("mjlab", "eager", "graphs"):

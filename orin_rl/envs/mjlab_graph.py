@@ -109,6 +109,69 @@ def device_list_indices(cache: dict[tuple, torch.Tensor], device: torch.device):
         torch.Tensor.__setitem__ = setitem
 
 
+class TensorBindings:
+    """The tensors a captured graph reads and writes, held where mjlab's eager code expects
+    them. mjlab rebinds some attributes to fresh tensors between the graphed segments (the
+    terrain-height sensor's hit positions at every ``sense()``); a graph keeps reading the
+    tensor it captured. ``restore`` copies each rebound value into the captured tensor and
+    binds it back, so graph and eager code see one tensor again."""
+
+    def __init__(self, root: Any, device: torch.device, max_depth: int = 6):
+        self.records: list[tuple[Any, Any, torch.Tensor]] = []
+        self.mismatched: list[str] = []
+        self._walk(root, device, max_depth, set())
+
+    def _walk(self, obj: Any, device: torch.device, depth: int, seen: set[int]) -> None:
+        if depth < 0 or id(obj) in seen:
+            return
+        seen.add(id(obj))
+        if isinstance(obj, dict):
+            items: list[tuple[Any, Any]] = list(obj.items())
+        elif isinstance(obj, list):
+            items = list(enumerate(obj))
+        elif _is_task_object(obj):
+            items = list(vars(obj).items())
+        else:
+            return
+        for key, value in items:
+            if isinstance(value, torch.Tensor):
+                if value.device.type == device.type:
+                    self.records.append((obj, key, value))
+            elif isinstance(value, dict | list) or _is_task_object(value):
+                self._walk(value, device, depth - 1, seen)
+
+    def restore(self) -> bool:
+        """Bind every rebound attribute back to its captured tensor, with the new values;
+        False (and ``mismatched`` names them) where a new value has another shape."""
+        ok = True
+        for obj, key, captured in self.records:
+            current = obj[key] if isinstance(obj, dict | list) else getattr(obj, key, None)
+            if current is captured or not isinstance(current, torch.Tensor):
+                continue
+            if current.shape != captured.shape or current.dtype != captured.dtype:
+                self.mismatched.append(f"{type(obj).__name__}.{key}")
+                ok = False
+                continue
+            captured.copy_(current)
+            if isinstance(obj, dict | list):
+                obj[key] = captured
+            else:
+                setattr(obj, key, captured)
+        return ok
+
+
+def _is_task_object(obj: Any) -> bool:
+    """An object of mjlab (a manager, a term, an entity, a sensor, their data) whose tensor
+    attributes a segment may read; mjlab's TorchArray views of Warp arrays never move."""
+    module = type(obj).__module__ or ""
+    return (
+        module.startswith("mjlab")
+        and hasattr(obj, "__dict__")
+        and type(obj).__name__ != "TorchArray"
+        and not isinstance(obj, type)
+    )
+
+
 class _Segment:
     """One piece of device work: run eagerly, or captured once and replayed."""
 
@@ -177,6 +240,7 @@ class SegmentedStep:
         self._outputs: Any = None
         self._obs: Any = None
         self.use_graphs = use_graphs and self.device.type == "cuda"
+        self._bindings: TensorBindings | None = None
         self._index_cache: dict[tuple, torch.Tensor] = {}
         self.captured = False
         # mjlab writes sim data on Warp's stream and relies on its implicit ordering with
@@ -249,6 +313,7 @@ class SegmentedStep:
         env = self.env
         env.extras["log"] = dict()
         self._action.copy_(action)
+        self._rebind()
         segments = iter(self.segments)
         next(segments)()
         for k in range(self.decimation):
@@ -281,6 +346,7 @@ class SegmentedStep:
         else:
             env.command_manager.compute(dt=env.step_dt)
         env.sim.sense()
+        self._rebind()
         self.observe()
         env.obs_buf = self._obs
         env.observation_manager._obs_buffer = self._obs
@@ -303,6 +369,7 @@ class SegmentedStep:
         env = self.env
         env.sim.forward()
         env.sim.sense()
+        self._rebind()
         if self.terminal.graph is not None:
             self.terminal()
         elif self.terminal.graphable:  # graphs on or off, the same numbers
@@ -331,9 +398,14 @@ class SegmentedStep:
             self._terminal_obs()  # its warm-up (an observation only, nothing advanced)
         torch.cuda.synchronize(self.device)
         for segment in [*self.segments, self.observe, self.terminal]:
+            if segment in (self.observe, self.terminal):
+                # A step senses before these (eagerly, between the graphs): so does the
+                # capture, or a sensor's Python-side cache would hold the rewards' reading.
+                env.sim.sense()
             if segment.graphable:
                 segment.capture(self._stream)
         torch.cuda.synchronize(self.device)
+        self._bindings = TensorBindings(env, self.device)
         (
             env.obs_buf,
             env.reward_buf,
@@ -344,6 +416,21 @@ class SegmentedStep:
         ) = kept
         self.captured = True
         log.info("mjlab step: CUDA graphs %s; eager %s", *self.describe().values())
+
+    def _rebind(self) -> None:
+        """Before a graph replays: what eager code rebound goes back into the tensors the
+        graphs hold; where that cannot be (another shape), every segment runs eagerly from
+        here on (the eager step is mjlab's own, exactly)."""
+        if self._bindings is None or self._bindings.restore():
+            return
+        for segment in [*self.segments, self.observe, self.terminal]:
+            segment.graph = None
+        log.warning(
+            "mjlab step: CUDA graphs off from here on, eager code rebinds %s with another "
+            "shape than the graphs captured",
+            ", ".join(sorted(set(self._bindings.mismatched))),
+        )
+        self._bindings = None
 
     def describe_plan(self) -> dict[str, Any]:
         """Which segments become graphs at the capture, and why the others stay eager."""

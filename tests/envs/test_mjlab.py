@@ -92,10 +92,11 @@ def test_the_adapters_step_is_mjlabs_step(device):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("task", [GO1, "Mjlab-Velocity-Flat-Unitree-G1"])
-def test_the_graphed_step_is_mjlabs_step(task):
+def test_the_graphed_step_is_mjlabs_step(task, monkeypatch):
     """The step's segments captured as CUDA graphs and replayed: against mjlab's own eager
     ``env.step`` from the same seed, the same resets and, within CUDA's run-to-run spread,
     the same rewards and observations (first episode); the segments really ran as graphs."""
+    monkeypatch.setenv("ORIN_RL_MJLAB_GRAPHS", "1")
     n = 64
     ours = MjlabVecEnv(task, n, "cuda", EnvOptions(seed=3, max_episode_steps=EPISODE))
     actions = _actions(3 * EPISODE + 2, ours.action_space.shape[0], n=n)
@@ -313,3 +314,28 @@ def test_list_indices_become_cached_device_tensors_with_the_same_values():
     with device_list_indices(cache, torch.device("cuda")):  # another device: untouched
         assert torch.equal(x[:, [2, 0], :], want[0])
     assert cache == {}
+
+
+def test_rebound_tensors_go_back_into_the_tensors_a_graph_holds():
+    """mjlab's terrain-height sensor binds fresh hit positions at every ``sense()``; a graph
+    would keep reading the ones it captured. ``TensorBindings.restore`` puts the new values
+    into the captured tensor and binds it back (a shape change is refused, not copied)."""
+    from orin_rl.envs.mjlab_graph import TensorBindings
+
+    ours = MjlabVecEnv(GO1, N, "cpu", EnvOptions(seed=3))
+    ours.reset()
+    actions = _actions(3, ours.action_space.shape[0])
+    ours.step(actions[0])
+    sensor = next(s for s in ours.env.scene.sensors.values() if hasattr(s, "_hit_pos_w"))
+    bindings = TensorBindings(ours.env, torch.device("cpu"))
+    held = sensor._hit_pos_w
+    assert any(t is held for *_, t in bindings.records)
+    ours.step(actions[1])
+    assert sensor._hit_pos_w is not held  # sense() bound a new tensor
+    new = sensor._hit_pos_w.clone()
+    assert not torch.equal(new, held)
+    assert bindings.restore()
+    assert sensor._hit_pos_w is held and torch.equal(held, new)
+    sensor._hit_pos_w = torch.zeros(1, 3)
+    assert not bindings.restore() and bindings.mismatched
+    ours.close()
