@@ -138,6 +138,9 @@ class VecEnv(ABC):
         metrics.jsonl and TensorBoard."""
         return {}
 
+    has_own_graphs: ClassVar[bool] = False
+    """``use_graphs`` captures the backend's own step (and says why where it does not)."""
+
     def use_graphs(self) -> dict[str, Any] | None:
         """Run the backend's own step as CUDA graphs where the whole iteration cannot be
         captured (``train.cuda_graphs`` with an env that is not ``graph_safe``): what will be

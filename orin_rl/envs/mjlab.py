@@ -116,7 +116,6 @@ class MjlabVecEnv(VecEnv):
 
     eval_physics: ClassVar[str | None] = "mjlab"
     has_own_graphs: ClassVar[bool] = True
-    """``use_graphs`` captures the step's segments (and says why where it does not)."""
 
     def __init__(
         self,

@@ -200,6 +200,10 @@ class _Segment:
         self.graph = graph
 
 
+_STEP_OUTPUTS = ("obs_buf", "reward_buf", "reset_buf", "reset_terminated", "reset_time_outs")
+"""What ``env.step`` leaves on the env (the capture binds them to graph memory meanwhile)."""
+
+
 class SegmentedStep:
     """``env.step`` of an mjlab ``ManagerBasedRlEnv`` as segments (module docstring).
 
@@ -252,6 +256,11 @@ class SegmentedStep:
 
             wp_stream = wp.get_stream(env.sim.wp_device)
             self._stream = torch.cuda.ExternalStream(wp_stream.cuda_stream, device=self.device)
+
+    @property
+    def _every(self) -> list[_Segment]:
+        """The segments in the order a step runs them."""
+        return [*self.segments, self.observe, self.terminal]
 
     # ------------------------------------------------------------ the segments' device work
     def _first_substep(self) -> None:
@@ -386,18 +395,12 @@ class SegmentedStep:
         eager step (lazy state made, kernels loaded). Capturing records the work, it does not
         run it: no world changes. What the eager step left in ``env`` is put back."""
         env = self.env
-        kept = (
-            env.obs_buf,
-            env.reward_buf,
-            env.reset_buf,
-            env.reset_terminated,
-            env.reset_time_outs,
-            env.observation_manager._obs_buffer,
-        )
+        kept = {name: getattr(env, name) for name in _STEP_OUTPUTS}
+        kept_obs = env.observation_manager._obs_buffer
         if self.terminal.graphable:
             self._terminal_obs()  # its warm-up (an observation only, nothing advanced)
         torch.cuda.synchronize(self.device)
-        for segment in [*self.segments, self.observe, self.terminal]:
+        for segment in self._every:
             if segment in (self.observe, self.terminal):
                 # A step senses before these (eagerly, between the graphs): so does the
                 # capture, or a sensor's Python-side cache would hold the rewards' reading.
@@ -406,14 +409,9 @@ class SegmentedStep:
                 segment.capture(self._stream)
         torch.cuda.synchronize(self.device)
         self._bindings = TensorBindings(env, self.device)
-        (
-            env.obs_buf,
-            env.reward_buf,
-            env.reset_buf,
-            env.reset_terminated,
-            env.reset_time_outs,
-            env.observation_manager._obs_buffer,
-        ) = kept
+        for name, value in kept.items():
+            setattr(env, name, value)
+        env.observation_manager._obs_buffer = kept_obs
         self.captured = True
         log.info("mjlab step: CUDA graphs %s; eager %s", *self.describe().values())
 
@@ -423,7 +421,7 @@ class SegmentedStep:
         here on (the eager step is mjlab's own, exactly)."""
         if self._bindings is None or self._bindings.restore():
             return
-        for segment in [*self.segments, self.observe, self.terminal]:
+        for segment in self._every:
             segment.graph = None
         log.warning(
             "mjlab step: CUDA graphs off from here on, eager code rebinds %s with another "
@@ -434,7 +432,7 @@ class SegmentedStep:
 
     def describe_plan(self) -> dict[str, Any]:
         """Which segments become graphs at the capture, and why the others stay eager."""
-        every = [*self.segments, self.observe, self.terminal]
+        every = self._every
         why = {
             "action": "an actuator delays commands (a Python-side buffer pointer)",
             "observations": "an observation term keeps history or delay (Python pointer)",
@@ -446,7 +444,7 @@ class SegmentedStep:
         }
 
     def describe(self) -> dict[str, Any]:
-        every = [*self.segments, self.observe, self.terminal]
+        every = self._every
         return {
             "graphs": [s.name for s in every if s.graph is not None],
             "eager": [s.name for s in every if s.graph is None],

@@ -86,7 +86,7 @@ class OnPolicyRunner(Runner):
             self.env_graphs = None if self.use_graphs else self.env.use_graphs()
             if self.env_graphs is not None:  # the env's own step in graphs (mjlab's)
                 log.info("CUDA graphs in the env's step: %s", self.env_graphs)
-            elif blocker and not getattr(self.env, "has_own_graphs", False):
+            elif blocker and not self.env.has_own_graphs:
                 log.warning("CUDA graphs off: %s; running eagerly", blocker)
         args = (self.policy, self.buffer, cfg.ppo, self.num_iterations, self.device)
         options = {"precision": cfg.train.precision, "capturable": self.use_graphs}

@@ -53,7 +53,7 @@ def create(run_dir: Path, cfg: Config) -> None:
     config_mod.save(cfg, run_dir / "config.yaml")
 
 
-def load_resume_state(run_dir: Path) -> dict[str, Any]:
+def _read_checkpoint(run_dir: Path) -> dict[str, Any]:
     """The checkpoint a resume continues from (stale temp files of a killed writer removed)."""
     ckpt = run_dir / "checkpoint.pt"
     if os.environ.get("RANK", "0") == "0":  # the one writer of this folder
@@ -77,7 +77,7 @@ def resume_state(run_dir: Path, changes: list[str] | tuple[str, ...] = ()) -> di
 
     The config is the checkpoint's; an edited config.yaml is refused rather than ignored, and
     a finished run resumed without a longer ``total_steps`` says how to extend it."""
-    state = load_resume_state(run_dir)
+    state = _read_checkpoint(run_dir)
     saved = config_mod.from_plain(state["config"])
     _check_config_file(run_dir, saved)
     done = int(state["global_step"])
