@@ -38,6 +38,10 @@ class EnvConfig:
     """gymnasium vectorisation: `sync` steps in this process, `async` in worker processes."""
     max_episode_steps: int | None = None
     """Override the environment's time limit (None keeps gymnasium's)."""
+    random_episode_start: bool = False
+    """Start each world's first training episode at a random step of its time limit, as
+    mjlab's own ``train`` does (rsl_rl's ``init_at_random_ep_len``): time-outs then spread over
+    the run instead of arriving all at once; mjlab tasks (env.backend mjlab) only."""
     kwargs: dict[str, Any] = field(default_factory=dict)
     """Keyword arguments for the environment's constructor (``gymnasium.make(env_id,
     **kwargs)``), e.g. ``{size: 8}``; gymnasium envs only (env.backend gym)."""
@@ -473,6 +477,13 @@ def validate(cfg: Config) -> None:
     if cfg.env.max_episode_steps is not None and cfg.env.max_episode_steps <= 0:
         raise ConfigError(
             f"env.max_episode_steps: must be positive, got {cfg.env.max_episode_steps}"
+        )
+    if cfg.env.random_episode_start and (
+        env_backends.for_id(cfg.env.env_id, cfg.env.backend) != "mjlab"
+    ):
+        raise ConfigError(
+            "env.random_episode_start: mjlab tasks only (Mjlab-* ids); drop it for "
+            f"{cfg.env.env_id}"
         )
     if cfg.env.backend not in env_backends.names():
         raise ConfigError(

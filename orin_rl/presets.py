@@ -204,6 +204,7 @@ def mjlab_preset(env_id: str) -> dict[str, Any]:
     preset: dict[str, Any] = {
         "env.backend": "mjlab",
         "env.num_envs": num_envs,
+        "env.random_episode_start": True,  # mjlab's train: learn(init_at_random_ep_len=True)
         "ppo.num_steps": rl.num_steps_per_env,
         "ppo.num_epochs": algo.num_learning_epochs,
         "ppo.num_minibatches": algo.num_mini_batches,

@@ -45,6 +45,7 @@ def test_int_widens_to_float():
         ("ppo.hidden_sizes=[64, x]", "ppo.hidden_sizes[1]: expected an integer"),
         ("ppo.num_minibatches=7", "does not divide"),
         ("ppo.learning_rate", "expected section.field=value"),
+        ("env.random_episode_start=true", "env.random_episode_start: mjlab tasks only"),
     ],
 )
 def test_bad_overrides_name_the_key(override, message):

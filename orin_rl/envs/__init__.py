@@ -33,6 +33,7 @@ def make(
     env_kwargs: dict[str, Any] | None = None,
     wrappers: list[str | dict[str, Any]] | None = None,
     evaluation: bool = False,
+    random_episode_start: bool = False,
 ) -> VecEnv:
     """Create ``num_envs`` copies of ``env_id`` as one VecEnv on ``device``.
 
@@ -49,6 +50,7 @@ def make(
         env_kwargs: keyword arguments for each env's constructor (gym backend).
         wrappers: config ``env.wrappers`` entries applied to each env (gym backend).
         evaluation: the batch evaluates a policy (mjlab: the task's play configuration).
+        random_episode_start: first episodes start at a random step of the time limit (mjlab).
 
     A ``gym`` request for an id another backend claims (``Mjlab-*``) goes to that backend.
     """
@@ -63,7 +65,7 @@ def make(
     except EnvMakeError as exc:
         raise EnvError(str(exc)) from None
     options = EnvOptions(seed, vectorization, max_episode_steps, worker_timeout_s, env_kwargs,
-                         wrappers, evaluation)  # fmt: skip
+                         wrappers, evaluation, random_episode_start)  # fmt: skip
     return make_vec_env(env_id, num_envs, device, options)
 
 

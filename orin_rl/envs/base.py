@@ -36,6 +36,9 @@ class EnvOptions:
     evaluation: bool = False
     """The batch evaluates a policy: backends with an evaluation configuration (mjlab's
     play mode: no randomisation) use it."""
+    random_episode_start: bool = False
+    """Each world's first episode after ``reset()`` starts at a random step of the time limit
+    (config ``env.random_episode_start``; mjlab only, refused by the config elsewhere)."""
 
 
 @dataclass

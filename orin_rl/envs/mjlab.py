@@ -176,9 +176,11 @@ class MjlabVecEnv(VecEnv):
         self._stepper = SegmentedStep(self.env, critic_group)
         self._critic = slice(*self.obs_groups["critic"])
         self.stats = EpisodeStats(num_envs, self.device)
-        self._log_sum: dict[str, torch.Tensor | float] = {}
+        self._log_sum: dict[str, float] = {}
         self._log_count: dict[str, int] = {}
+        self._vector_sums: dict[tuple[str, ...], list] = {}  # keys -> [float64 sums, count]
         self._seeded = options.seed is not None
+        self._random_start = options.random_episode_start and not options.evaluation
 
     def _observation_groups(self) -> list[tuple[str, str]]:
         """(role, mjlab group) for the actor and the critic; a task the policy cannot read is
@@ -218,12 +220,17 @@ class MjlabVecEnv(VecEnv):
 
     # ------------------------------------------------------------------ VecEnv contract
     def reset(self, seed: int | None = None) -> torch.Tensor:
-        """Reset every world (mjlab seeds its generators when ``seed`` is given)."""
+        """Reset every world (mjlab seeds its generators when ``seed`` is given); with
+        ``random_episode_start`` each world's episode counter then starts at a random step of
+        the time limit."""
         if self._seeded and seed is None:
             seed = self.cfg.seed
         self._seeded = False
         with _quiet():  # mjlab prints the seed
             obs, _ = self.env.reset(seed=seed)
+        if self._random_start:  # as rsl_rl's init_at_random_ep_len: in place (graphs read it)
+            lengths = self.env.episode_length_buf
+            lengths.copy_(torch.randint_like(lengths, high=int(self.env.max_episode_length)))
         self.stats.restart()
         return self._concat(obs)
 
@@ -278,22 +285,40 @@ class MjlabVecEnv(VecEnv):
         return self._stepper.describe()
 
     def _accumulate(self, log_items: dict[str, Any]) -> None:
-        """Add a step's logged scalars to the running sums: tensors on their device (no host
-        read), Python numbers in Python (no copy to the device)."""
+        """Add a step's logged scalars to the running sums: the tensors stacked into one
+        float64 vector on their device (three kernel launches, no host read, however many
+        terms the task logs), Python numbers in Python."""
+        keys, tensors = [], []
         for key, value in log_items.items():
             if isinstance(value, torch.Tensor):
-                if value.numel() != 1:
-                    continue
-                value = value.detach().reshape(()).to(torch.float64)
-            elif not isinstance(value, int | float):
-                continue
-            self._log_sum[key] = self._log_sum.get(key, 0.0) + value
-            self._log_count[key] = self._log_count.get(key, 0) + 1
+                if value.numel() == 1:
+                    keys.append(key)
+                    tensors.append(value.detach().reshape(()))
+            elif isinstance(value, int | float):
+                self._log_sum[key] = self._log_sum.get(key, 0.0) + value
+                self._log_count[key] = self._log_count.get(key, 0) + 1
+        if not tensors:
+            return
+        if any(t.dtype != tensors[0].dtype for t in tensors):
+            tensors = [t.to(torch.float64) for t in tensors]
+        stacked = torch.stack(tensors).to(torch.float64)
+        group = tuple(keys)  # a task logs the same terms at every reset: one running vector
+        if group in self._vector_sums:
+            self._vector_sums[group][0].add_(stacked)
+            self._vector_sums[group][1] += 1
+        else:
+            self._vector_sums[group] = [stacked, 1]
 
     def pop_log(self) -> dict[str, float]:
         """Means of mjlab's logged scalars since the last call, under mjlab's own names."""
-        out = {k: float(v) / self._log_count[k] for k, v in self._log_sum.items()}
-        self._log_sum, self._log_count = {}, {}
+        sums: dict[str, float] = dict(self._log_sum)
+        counts = dict(self._log_count)
+        for group, (total, count) in self._vector_sums.items():
+            for key, value in zip(group, total.tolist(), strict=True):
+                sums[key] = sums.get(key, 0.0) + value
+                counts[key] = counts.get(key, 0) + count
+        out = {k: float(v) / counts[k] for k, v in sums.items()}
+        self._log_sum, self._log_count, self._vector_sums = {}, {}, {}
         return out
 
     def pop_episode_stats(self) -> tuple[list[float], list[int]]:
@@ -354,7 +379,10 @@ class MjlabGymEnv(gym.Env):
 class MjlabDriver:
     """One world of an mjlab task as the control loop's sensor and actuator (``orin-rl run
     --env Mjlab-...``); reports falls (terminations other than the time limit) and the task's
-    velocity-tracking error (``Metrics/twist/error_vel_xy``, mean over the episodes)."""
+    velocity-tracking error (``Metrics/twist/error_vel_xy``, mean over the episodes).
+
+    The world's step is part of each tick (``actuate``), so it is warmed up before the first
+    tick; on CUDA it runs as CUDA graphs where the graphed step is enabled (``use_graphs``)."""
 
     def __init__(
         self,
@@ -364,6 +392,12 @@ class MjlabDriver:
         device: str = "cpu",
     ):
         self.env = MjlabGymEnv(env_id, env_config, device)
+        if torch.device(device).type == "cuda":
+            self.env.vec.use_graphs()  # a launch-bound world of one: its step as graphs
+        # Warm-up outside the loop's ticks: one step loads the kernels (and captures the
+        # graphs), then the seeded reset starts the world exactly where it would have.
+        self.env.reset(seed=seed)
+        self.env.step(np.zeros(self.env.action_space.shape, np.float32))
         obs, _ = self.env.reset(seed=seed)
         self.obs = obs[None]
         self.returns: list[float] = []

@@ -121,6 +121,7 @@ class Runner(Evaluation, ABC):
             max_episode_steps=cfg.env.max_episode_steps,
             env_kwargs=cfg.env.kwargs,
             wrappers=cfg.env.wrappers,
+            random_episode_start=cfg.env.random_episode_start,
         )
         self._build()
         if state is None and self.is_main:

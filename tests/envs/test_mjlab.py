@@ -173,7 +173,37 @@ def test_groups_spaces_and_the_tasks_own_logs():
     assert env.pop_log() == {}  # popped
     returns, lengths = env.pop_episode_stats()
     assert lengths == [3] * N and len(returns) == N
+    # Means per name since the last pop, whatever mix of tensors and numbers a step logs.
+    env._accumulate({"a": torch.tensor(1.0), "b": torch.tensor([2]), "c": 3, "d": torch.ones(2)})
+    env._accumulate({"a": torch.tensor(3.0), "b": torch.tensor([4]), "c": 5})
+    env._accumulate({"b": torch.tensor(True), "a": torch.tensor(8.0, dtype=torch.float64)})
+    assert env.pop_log() == {"a": 4.0, "b": 7 / 3, "c": 4.0}
     env.close()
+
+
+def test_random_episode_start_spreads_the_first_time_outs():
+    """As mjlab's train (rsl_rl's init_at_random_ep_len): after reset each world's episode
+    counter starts at a random step of its limit, so time-outs do not all come at once; the
+    play configuration (evaluation) and the default start at 0."""
+    limit, n = 40, 64
+    options = EnvOptions(seed=3, max_episode_steps=limit, random_episode_start=True)
+    env = MjlabVecEnv(GO1, n, "cpu", options)
+    env.reset()
+    lengths = env.env.episode_length_buf.clone()
+    assert int(lengths.min()) >= 0 and int(lengths.max()) < limit
+    assert len(set(lengths.tolist())) > 10  # spread, not one value
+    captured = env.env.episode_length_buf
+    env.reset()  # in place: a captured graph keeps reading the same tensor
+    assert env.env.episode_length_buf is captured
+    env.close()
+    for options in (
+        EnvOptions(seed=3, max_episode_steps=limit),
+        EnvOptions(seed=3, max_episode_steps=limit, random_episode_start=True, evaluation=True),
+    ):
+        env = MjlabVecEnv(GO1, 4, "cpu", options)
+        env.reset()
+        assert int(env.env.episode_length_buf.abs().sum()) == 0
+        env.close()
 
 
 def test_an_unknown_task_names_the_list_command():
@@ -216,6 +246,31 @@ def test_mjlab_ids_go_to_the_mjlab_backend_and_the_preset_is_the_tasks_rl_cfg():
     assert preset["ppo.desired_kl"] == rl.algorithm.desired_kl
     assert preset["ppo.num_steps"] == rl.num_steps_per_env
     assert preset["ppo.vf_coef"] == 2 * rl.algorithm.value_loss_coef  # rsl_rl's MSE has no 1/2
+    assert preset["env.random_episode_start"] is True  # mjlab's train: init_at_random_ep_len
+
+
+def test_the_plants_warm_up_changes_nothing_of_the_run():
+    """``orin-rl run``'s mjlab plant steps once before the first tick (kernel loads, the
+    graphs' capture), then starts from the seeded reset: the first observation and the first
+    step are those of a world that never warmed up."""
+    from mjlab.utils.random import seed_rng
+
+    from orin_rl.envs.mjlab import MjlabDriver, MjlabGymEnv
+
+    # The task's start-up randomisation (encoder bias, friction) draws from torch's global
+    # generator when a world is built: both worlds are built from the same generator state.
+    seed_rng(11)
+    cold = MjlabGymEnv(GO1)
+    first, _ = cold.reset(seed=7)
+    seed_rng(11)
+    driver = MjlabDriver(GO1, seed=7)
+    np.testing.assert_array_equal(driver.sensor()[0], first)
+    action = np.full(cold.action_space.shape, 0.3, np.float32)
+    driver.actuate(action[None])
+    np.testing.assert_array_equal(driver.sensor()[0], cold.step(action)[0])
+    assert driver.returns == [] and driver.falls == 0
+    cold.close()
+    driver.env.close()
 
 
 def test_train_export_eval_through_the_cli(tmp_path):
