@@ -31,6 +31,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 TASKS = ("Mjlab-Velocity-Flat-Unitree-Go1", "Mjlab-Velocity-Flat-Unitree-G1")
 REWARD = {"ours": "charts/episode_return_mean", "mjlab": "Train/mean_reward"}
+PHASES = {  # seconds per iteration: collecting the rollout, then learning from it
+    "ours": ("perf/rollout_s", "perf/update_s"),
+    "mjlab": ("Perf/collection_time", "Perf/learning_time"),
+}
 TRACKING = "Metrics/twist/error_vel_xy"
 
 
@@ -67,7 +71,12 @@ def summarise(name: str, series: dict, start_unix: float, wall: float, steps_per
     # rsl_rl's TensorBoard step is the iteration, orin_rl's the environment step.
     steps = (last[1] - first[1]) * (steps_per_iter if name == "mjlab" else 1)
     loop_s = last[0] - first[0]
+    phases = {}
+    for key, tag in zip(("rollout_s_per_iter", "update_s_per_iter"), PHASES[name], strict=True):
+        values = [v for _, _, v in series.get(tag, [])][1:]  # the first holds the warm-up
+        phases[key] = round(sum(values) / len(values), 4) if values else None
     return {
+        **phases,
         "steps_per_s": steps / loop_s if loop_s > 0 else None,
         "final_mean_reward": last[2],
         "tracking_error": tracking[-1][2] if tracking else None,

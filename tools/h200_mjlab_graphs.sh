@@ -7,7 +7,9 @@ export PYTHONPATH=/tmp/mjl:/tmp/site:$PWD MUJOCO_GL=disable WANDB_MODE=disabled
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 tasks=${1:-Mjlab-Velocity-Flat-Unitree-Go1}
 filter=${2:-graphed}
-timeout 300 python3 -m pytest -q -m gpu -p no:cacheprovider tests/envs/test_mjlab.py -k "$filter" 2>&1 \
-  | grep -v "^\[INFO\]\|^Module \|Warning\|warnings.warn" | tail -30
+timeout 300 python3 -m pytest -q -m gpu -p no:cacheprovider tests/envs/test_mjlab.py -k "$filter" \
+  > "$OUT/graph_tests.log" 2>&1
+rc=$?; echo "$rc" > /tmp/graph_test_rc  # tools/h200_mjlab.sh trains eagerly if this failed
+grep -v "^\[INFO\]\|^Module \|Warning\|warnings.warn" "$OUT/graph_tests.log" | tail -30
 timeout 280 python3 tools/bench_mjlab_step.py --tasks "$tasks" --steps 70 --warmup 15 --profile-steps 5 \
   --out "$OUT/mjlab_step_h200" 2>&1 | grep -v "^\[INFO\]\|^Module \|Warning\|warnings.warn" | tail -20

@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -247,6 +248,9 @@ class SegmentedStep:
         self._bindings: TensorBindings | None = None
         self._index_cache: dict[tuple, torch.Tensor] = {}
         self.captured = False
+        self.timings: dict[str, float] | None = None
+        """Host seconds per phase of the step, summed, when set to a dict (the step benchmark's
+        profile: the step is launch-bound, so its host time is its wall time)."""
         # mjlab writes sim data on Warp's stream and relies on its implicit ordering with
         # torch's legacy default stream; the segmented step runs everything on Warp's stream,
         # so graph capture and replay see one stream and one order.
@@ -320,6 +324,7 @@ class SegmentedStep:
     def _step(self, action: torch.Tensor) -> tuple[Any, ...]:
         """mjlab 1.6's ``ManagerBasedRlEnv.step`` with ``auto_reset=True``, line for line."""
         env = self.env
+        t = self._clock(0.0, "")
         env.extras["log"] = dict()
         self._action.copy_(action)
         self._rebind()
@@ -332,21 +337,25 @@ class SegmentedStep:
                 env.common_step_counter += 1  # before terminations and rewards, as mjlab
             next(segments)()
         env.reset_buf, env.reset_terminated, env.reset_time_outs, env.reward_buf = self._outputs
+        t = self._clock(t, "physics and rewards")
         if "step" in env.event_manager.available_modes:
             env.event_manager.apply(mode="step", dt=env.step_dt)
         if "interval" in env.event_manager.available_modes:
             env.event_manager.apply(mode="interval", dt=env.step_dt)
-
+        t = self._clock(t, "events")
         terminal = None
         reset_env_ids = env.reset_buf.nonzero(as_tuple=False).squeeze(-1)
         resets = len(reset_env_ids) > 0
         if resets:
             if bool(env.reset_time_outs.any()):  # only time-outs bootstrap from it
                 terminal = self._terminal_observation()
+                t = self._clock(t, "terminal observation")
             env.recorder_manager.record_pre_reset(reset_env_ids)
             env._reset_idx(reset_env_ids)
             env.scene.write_data_to_sim()
+        t = self._clock(t, "reset")
         env.sim.forward()
+        t = self._clock(t, "forward")
         if resets:
             command_dt = env._command_dt
             command_dt.fill_(env.step_dt)
@@ -354,14 +363,18 @@ class SegmentedStep:
             env.command_manager.compute(dt=command_dt)
         else:
             env.command_manager.compute(dt=env.step_dt)
+        t = self._clock(t, "commands")
         env.sim.sense()
+        t = self._clock(t, "sense")
         self._rebind()
         self.observe()
         env.obs_buf = self._obs
         env.observation_manager._obs_buffer = self._obs
+        t = self._clock(t, "observations")
         if resets:
             env.recorder_manager.record_post_reset(reset_env_ids)
         env.recorder_manager.record_post_step()
+        self._clock(t, "recorders")
         return (
             env.obs_buf,
             env.reward_buf,
@@ -388,6 +401,15 @@ class SegmentedStep:
             with torch.random.fork_rng(devices=devices):
                 self._terminal_obs()
         return self._terminal_out.clone()
+
+    def _clock(self, since: float, phase: str) -> float:
+        """With ``timings`` set: add the host time since ``since`` to ``phase``; returns now."""
+        if self.timings is None:
+            return 0.0
+        now = time.perf_counter()
+        if phase:
+            self.timings[phase] = self.timings.get(phase, 0.0) + now - since
+        return now
 
     # ------------------------------------------------------------------------ capture
     def _capture(self) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from typing import Any
 
 import numpy as np
@@ -175,6 +176,7 @@ class OnPolicyRunner(Runner):
         side = torch.cuda.Stream(self.device) if self.use_graphs else None
         if side is not None:
             side.wait_stream(torch.cuda.current_stream(self.device))
+        began = time.perf_counter()
         with torch.cuda.stream(side) if side is not None else contextlib.nullcontext():
             with nvtx_range("rollout", nvtx):
                 for _ in range(self.rollout_steps):  # batched env steps into the buffer
@@ -182,10 +184,15 @@ class OnPolicyRunner(Runner):
                     step = self._env_step(actions)
                     algo.process_env_step(step)
                     obs = step.obs
+            if self.device.type == "cuda":  # the phases' wall times (one sync an iteration)
+                torch.cuda.synchronize(self.device)
+            rolled = time.perf_counter()
             with nvtx_range("gae", nvtx):
                 algo.compute_returns(obs)
             with nvtx_range("update", nvtx):
-                losses = algo.update()
+                losses = algo.update()  # ends in a host read of the losses
+        losses["perf/rollout_s"] = rolled - began
+        losses["perf/update_s"] = time.perf_counter() - rolled
         if side is not None:
             torch.cuda.current_stream(self.device).wait_stream(side)
             self._capture(obs)
