@@ -478,13 +478,8 @@ def validate(cfg: Config) -> None:
         raise ConfigError(
             f"env.max_episode_steps: must be positive, got {cfg.env.max_episode_steps}"
         )
-    if cfg.env.random_episode_start and (
-        env_backends.for_id(cfg.env.env_id, cfg.env.backend) != "mjlab"
-    ):
-        raise ConfigError(
-            "env.random_episode_start: mjlab tasks only (Mjlab-* ids); drop it for "
-            f"{cfg.env.env_id}"
-        )
+    if cfg.env.random_episode_start and env_backends.for_id(cfg.env.env_id, "gym") != "mjlab":
+        raise ConfigError(f"env.random_episode_start: mjlab tasks only, not {cfg.env.env_id}")
     if cfg.env.backend not in env_backends.names():
         raise ConfigError(
             f"env.backend: {cfg.env.backend!r} is not one of {', '.join(env_backends.names())}"

@@ -9,6 +9,10 @@ from orin_rl.cli.common import UsageError
 
 def cmd_export(args: argparse.Namespace) -> int:
     """``orin-rl export``."""
+    if args.run_dir.suffix == ".onnx":
+        return _import_mjlab(args)
+    if args.env is not None:
+        raise UsageError("--env applies to mjlab's .onnx export; a run folder knows its env")
     from orin_rl.export.onnx import export_bundle
 
     batch: int | str = args.batch
@@ -31,4 +35,30 @@ def cmd_export(args: argparse.Namespace) -> int:
     for name, variant in info.variants.items():
         print(f"  {variant['onnx_file']}  {name}: {variant['parity']}")
     print(f"  export time  {result.export_time_s:.1f} s")
+    return 0
+
+
+def _import_mjlab(args: argparse.Namespace) -> int:
+    """``orin-rl export FILE.onnx --env TASK``: mjlab's policy export as a bundle."""
+    from orin_rl.export.mjlab_onnx import import_mjlab_onnx
+
+    if args.int8 or args.fp16 or args.batch != "dynamic" or args.no_clip:
+        raise UsageError("mjlab's .onnx is imported as it is: drop --int8/--fp16/--batch/--no-clip")
+    if args.env is None:
+        raise UsageError(
+            f"{args.run_dir}: name the mjlab task it was trained on: --env Mjlab-...; "
+            "`orin-rl envs --backend mjlab` lists them"
+        )
+    from orin_rl.envs.mjlab import check_task
+
+    check_task(args.env)
+    out = args.out or args.run_dir.with_suffix("")
+    result = import_mjlab_onnx(args.run_dir, out, args.env)
+    info = result.info
+    print(f"bundle: {result.bundle_dir}")
+    print(f"  policy.onnx  mjlab's export, opset {info.opset}, checked against {args.env}")
+    print(
+        f"  parity       max abs error {info.parity_max_abs_error:.3g} vs ONNX's reference "
+        f"evaluator ({info.parity['observations']} observations of the task)"
+    )
     return 0

@@ -209,8 +209,9 @@ def train_flags(p: argparse.ArgumentParser) -> None:
 
 def _export_flags(p: argparse.ArgumentParser) -> None:
     """The flags of `orin-rl export`."""
-    p.add_argument("run_dir", type=Path, help="run folder written by orin-rl train")
+    p.add_argument("run_dir", type=Path, help="orin-rl train's run folder, or mjlab's .onnx")
     p.add_argument("--out", type=Path, help="bundle folder (default: RUN_DIR/bundle)")
+    p.add_argument("--env", metavar="TASK", help="mjlab's .onnx: the task it was trained on")
     p.add_argument("--opset", type=_POSITIVE_INT, default=17, help="ONNX opset (default 17)")
     p.add_argument(
         "--batch",
@@ -492,7 +493,9 @@ COMMANDS = [
         "turn a run folder into a verified ONNX deploy bundle",
         (
             "Export the deterministic policy (normaliser folded in) to ONNX, check it "
-            "and compare it with PyTorch through ONNX Runtime."
+            "and compare it with PyTorch through ONNX Runtime. Given mjlab's own policy export "
+            "(RUN.onnx in an mjlab run folder) and --env TASK, check it against the task and "
+            "write it as a bundle that run, bench and build take."
         ),
     ),
     (

@@ -32,9 +32,7 @@ def _locate(model: str | Path) -> dict[str, Path]:
         return found
     if path.suffix == ".onnx":  # one model of a bundle, e.g. its policy.int8.onnx
         if not (path.parent / "policy.json").is_file():
-            raise bundle.BundleError(
-                f"{model}: an ONNX file runs from its bundle folder (policy.json beside it)"
-            )
+            return {"bundle": _foreign_onnx(path)}
         found["onnx"] = path
     folder = path.parent if path.name == "policy.json" or path.suffix == ".onnx" else path
     if (folder / "policy.json").is_file():
@@ -50,6 +48,19 @@ def _locate(model: str | Path) -> dict[str, Path]:
             f"{model}: not an engine, a bundle (policy.json) or a run folder (checkpoint.pt)"
         )
     return found
+
+
+def _foreign_onnx(path: Path) -> Path:
+    """An ONNX file outside a bundle: mjlab's policy export becomes a bundle (cached); any
+    other is refused in one line."""
+    from orin_rl.export import mjlab_onnx
+
+    if path.is_file() and mjlab_onnx.is_mjlab_export(path):
+        return mjlab_onnx.cached_bundle(path)
+    raise bundle.BundleError(
+        f"{path}: an ONNX file runs from its bundle folder (policy.json beside it), or is "
+        "mjlab's policy export (`orin-rl export FILE.onnx --env TASK` checks it against the task)"
+    )
 
 
 def locate(model: str | Path) -> dict[str, Path]:
