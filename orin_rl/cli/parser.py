@@ -211,7 +211,7 @@ def _export_flags(p: argparse.ArgumentParser) -> None:
     """The flags of `orin-rl export`."""
     p.add_argument("run_dir", type=Path, help="orin-rl train's run folder, or mjlab's .onnx")
     p.add_argument("--out", type=Path, help="bundle folder (default: RUN_DIR/bundle)")
-    p.add_argument("--env", metavar="TASK", help="mjlab's .onnx: the task it was trained on")
+    p.add_argument("--env", metavar="TASK", help="mjlab's .onnx: its task (default: none)")
     p.add_argument("--opset", type=_POSITIVE_INT, default=17, help="ONNX opset (default 17)")
     p.add_argument(
         "--batch",
