@@ -89,8 +89,7 @@ class PPOConfig:
     """Normalised observations are clipped to +-obs_clip (also inside the exported ONNX)."""
     normalize_reward: bool = False
     """Divide rewards by the running std of the discounted return, as Stable-Baselines3's
-    VecNormalize does (the logged episode returns stay raw); keeps the value targets of tasks
-    with returns in the thousands near unit scale."""
+    VecNormalize does (logged returns stay raw): value targets near unit scale."""
     reward_clip: float = 10.0
     """Normalised rewards are clipped to +-reward_clip."""
     hidden_sizes: list[int] = field(default_factory=lambda: [64, 64])
@@ -106,15 +105,17 @@ class PPOConfig:
     """Activation of the hidden layers."""
     init_log_std: float = 0.0
     """Initial log standard deviation of the Gaussian head (continuous actions)."""
+    timeout_bootstrap: Literal["final_obs", "value"] = "final_obs"
+    """What a time-limited episode bootstraps from: ``final_obs``, V(the state it reached);
+    ``value``, V(the observation the step started from), as rsl_rl (mjlab's runner) does: no
+    final observation to compute (an mjlab step then skips its forward and sensing)."""
     fused: Literal["auto", "on", "off"] = "auto"
     """Fused PPO kernels (orin_rl.algorithms.fused: the whole rollout in one kernel, the
     update in a few kernels per minibatch step for minibatches up to 2048 samples per agent;
-    CartPole-v1 on the gpu backend): ``auto`` (the default) uses them on a CUDA learner
-    wherever they apply, logs why not otherwise and falls back to the general path if they
-    fail to compile; ``on`` demands them (an error names what is missing; on a CPU box it runs
-    them in Numba's CUDA simulator, for tests); ``off`` keeps the general path. On the H200
-    every PureJaxRL row ran faster end to end on them than on the general path, even with the
-    kernel compile of a first run (docs/fused.md)."""
+    CartPole-v1 on the gpu backend): ``auto`` uses them on a CUDA learner wherever they apply,
+    logs why not otherwise and falls back to the general path if they fail to compile; ``on``
+    demands them (an error names what is missing; on a CPU box in Numba's CUDA simulator);
+    ``off`` keeps the general path (docs/fused.md)."""
 
 
 @dataclass

@@ -217,6 +217,7 @@ def mjlab_preset(env_id: str) -> dict[str, Any]:
         "ppo.clip_value_loss": algo.use_clipped_value_loss,
         "ppo.ent_coef": algo.entropy_coef,
         "ppo.vf_coef": 2.0 * algo.value_loss_coef,
+        "ppo.timeout_bootstrap": "value",  # rsl_rl's time-out bootstrap, as mjlab's runner
         "ppo.max_grad_norm": algo.max_grad_norm,
         "ppo.hidden_sizes": list(actor.hidden_dims),
         "ppo.critic_hidden_sizes": (

@@ -147,7 +147,9 @@ class PPO:
             t.rewards = self.reward_normalizer(step.reward, t.episode_end, gather)
         # Truncated episodes bootstrap from V(true final observation); terminated ones do not.
         cut = step.truncated & ~step.terminated
-        if step.reward.is_cuda or self.value_all_final_obs:
+        if self.cfg.timeout_bootstrap == "value":  # rsl_rl's: V(the step's first observation)
+            bootstrap = torch.where(cut, t.values.float(), 0.0)
+        elif step.reward.is_cuda or self.value_all_final_obs:
             # No host read: value every final observation, keep the truncated ones.
             bootstrap = torch.where(cut, self.values_of(step.final_obs), 0.0)
         else:

@@ -100,6 +100,9 @@ class VecEnv(ABC):
     obs_groups: dict[str, list[int]] | None = None
     """Asymmetric actor-critic: where the ``actor`` and ``critic`` inputs lie in the flat
     observation, [start, stop) (mjlab's observation groups); None: both read all of it."""
+    final_obs_needed: bool = True
+    """The learner reads ``final_obs`` (set False by a runner that does not: an env may then
+    skip computing it and return the next observation there)."""
     fused_task: ClassVar[str | None] = None
     """The task id the fused PPO kernels implement for this class (``algorithms.fused``), which
     then also read its ``state``, ``elapsed`` and ``stats`` tensors; None: no fused kernels."""

@@ -240,10 +240,12 @@ class MjlabVecEnv(VecEnv):
 
         ``final_obs`` of a world that timed out holds the critic group's observation of the
         state it reached (what PPO bootstraps from); its actor part, and the rows of worlds
-        that ended by termination, are the next observation (nothing reads them)."""
+        that ended by termination, are the next observation (nothing reads them). With
+        ``final_obs_needed`` False it is the next observation throughout (not computed)."""
         actions = actions.to(self.device)
         if self.clip_actions is not None:
             actions = torch.clamp(actions, -self.clip_actions, self.clip_actions)
+        self._stepper.terminal_needed = self.final_obs_needed
         obs, reward, terminated, truncated, extras, terminal = self._stepper.step(actions)
         # mjlab hands out its own buffers, which the next step overwrites: copies.
         reward, terminated, truncated = (

@@ -248,6 +248,8 @@ class SegmentedStep:
         self._bindings: TensorBindings | None = None
         self._index_cache: dict[tuple, torch.Tensor] = {}
         self.captured = False
+        self.terminal_needed = True
+        """Take the terminal observation of worlds that time out (the learner reads it)."""
         self.timings: dict[str, float] | None = None
         """Host seconds per phase of the step, summed, when set to a dict (the step benchmark's
         profile: the step is launch-bound, so its host time is its wall time)."""
@@ -347,7 +349,8 @@ class SegmentedStep:
         reset_env_ids = env.reset_buf.nonzero(as_tuple=False).squeeze(-1)
         resets = len(reset_env_ids) > 0
         if resets:
-            if bool(env.reset_time_outs.any()):  # only time-outs bootstrap from it
+            # only time-outs bootstrap from it (a learner may not ask: rsl_rl's bootstrap)
+            if self.terminal_needed and bool(env.reset_time_outs.any()):
                 terminal = self._terminal_observation()
                 t = self._clock(t, "terminal observation")
             env.recorder_manager.record_pre_reset(reset_env_ids)

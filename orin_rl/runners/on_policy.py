@@ -42,6 +42,7 @@ class OnPolicyRunner(Runner):
 
     def _build(self) -> None:
         cfg = self.cfg
+        self.env.final_obs_needed = cfg.ppo.timeout_bootstrap == "final_obs"
         self.policy_spec = PolicySpec.from_spaces(
             self.env.observation_space,
             self.env.action_space,

@@ -114,6 +114,31 @@ class TestUpdate:
         assert stats["charts/learning_rate"] == pytest.approx(1e-4 * 1.5**3, rel=1e-5)
         assert algo.set_learning_rate() == pytest.approx(1e-4 * 1.5**3, rel=1e-5)
 
+    @pytest.mark.parametrize("mode", ["final_obs", "value"])
+    def test_a_time_out_bootstraps_from_what_timeout_bootstrap_names(self, mode):
+        """final_obs: V(the state the episode reached); value (rsl_rl's): V(the observation
+        the step started from), the value stored with the step; a termination: nothing."""
+        from orin_rl.envs.base import StepResult
+
+        torch.manual_seed(0)
+        _, algo = self._algo(timeout_bootstrap=mode)
+        obs = torch.randn(4, 4)
+        algo.act(obs)
+        started = algo.transition.values.clone()
+        final = torch.randn(4, 4) * 3
+        step = StepResult(
+            obs=torch.randn(4, 4),
+            reward=torch.zeros(4),
+            terminated=torch.tensor([False, False, True, False]),
+            truncated=torch.tensor([True, True, False, False]),
+            final_obs=final,
+        )
+        algo.process_env_step(step)
+        want = started if mode == "value" else algo.values_of(final)
+        got = algo.buffer.bootstrap_values[0]
+        torch.testing.assert_close(got[:2], want[:2])
+        assert torch.equal(got[2:], torch.zeros(2))
+
     def test_target_kl_stops_early(self):
         torch.manual_seed(0)
         env, algo = self._algo(target_kl=1e-12, learning_rate=1e-2)

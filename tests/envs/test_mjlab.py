@@ -155,6 +155,20 @@ def test_time_outs_keep_the_terminal_observation():
     torch.testing.assert_close(final[:, command], terminal[:, command], rtol=0, atol=1e-2)
 
 
+def test_no_terminal_observation_where_the_learner_reads_none():
+    """rsl_rl's bootstrap (``ppo.timeout_bootstrap=value``) reads no final observation: the
+    step then skips the terminal forward and sensing, and final_obs is the next observation."""
+    env = MjlabVecEnv(GO1, N, "cpu", EnvOptions(seed=5, max_episode_steps=EPISODE))
+    env.final_obs_needed = False
+    env.reset()
+    env._stepper.timings = {}
+    steps = [env.step(a) for a in _actions(EPISODE, env.action_space.shape[0], seed=1)]
+    env.close()
+    assert bool(steps[-1].truncated.all())
+    assert torch.equal(steps[-1].final_obs, steps[-1].obs)
+    assert "terminal observation" not in env._stepper.timings
+
+
 def test_groups_spaces_and_the_tasks_own_logs():
     env = MjlabVecEnv(GO1, N, "cpu", EnvOptions(seed=1, max_episode_steps=3))
     manager = env.env.observation_manager
@@ -247,6 +261,7 @@ def test_mjlab_ids_go_to_the_mjlab_backend_and_the_preset_is_the_tasks_rl_cfg():
     assert preset["ppo.num_steps"] == rl.num_steps_per_env
     assert preset["ppo.vf_coef"] == 2 * rl.algorithm.value_loss_coef  # rsl_rl's MSE has no 1/2
     assert preset["env.random_episode_start"] is True  # mjlab's train: init_at_random_ep_len
+    assert preset["ppo.timeout_bootstrap"] == "value"  # rsl_rl's, as mjlab's runner
 
 
 def test_the_plants_warm_up_changes_nothing_of_the_run():
