@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import shutil
 import sys
 from pathlib import Path
@@ -53,41 +54,87 @@ CASES: dict[str, list[str]] = {
     ],
 }  # fmt: skip
 _WALL = ("time_s", "steps_per_s")
-"""Record keys that measure the machine, not the learning."""
+"""Record keys that measure the machine, not the learning (and every ``perf/`` key)."""
+REL, ABS = 1e-3, 1e-6
+"""Where a CPU's float32 kernels round otherwise than the recording CPU's (seen: an AVX-512/AMX
+Xeon against the recording machine, the same code at b8aab6f on both), logged values agree to
+this and no closer; bit for bit holds on the recording CPU, and is tried first."""
+
+
+def _same_values(got: dict[str, Any], want: dict[str, Any]) -> bool:
+    """Equal, or the same keys with floats within REL/ABS and everything else equal."""
+    if got == want:
+        return True
+    if got.keys() != want.keys():
+        return False
+    for key, w in want.items():
+        g = got[key]
+        if isinstance(w, float) and isinstance(g, float):
+            if not math.isclose(g, w, rel_tol=REL, abs_tol=ABS):
+                return False
+        elif g != w:
+            return False
+    return True
+
+
+def _same_weights(state: Any, want: dict[str, Any]) -> bool:
+    """The final algorithm state: its tensors' sha256 as recorded, or else (another CPU's
+    rounding) each tensor's sum and sum of |x| within 1e-4 of those the recording code gave."""
+    if _hashes(state) == want["algo"]:
+        return True
+    got = _fingerprint(state)
+    if got.keys() != want["algo_fingerprint"].keys():
+        return False
+    return all(
+        math.isclose(g, w, rel_tol=1e-4, abs_tol=1e-7)
+        for key, pair in want["algo_fingerprint"].items()
+        for g, w in zip(got[key], pair, strict=True)
+    )
+
+
+def _fingerprint(tree: Any) -> dict[str, list[float]]:
+    """[sum, sum of |x|] of every tensor in a nested dict/list (float64), by path."""
+    return {
+        path: [float(t.double().sum()), float(t.double().abs().sum())]
+        for path, t in _tensors(tree).items()
+    }
 
 
 def _config(case: str) -> C.Config:
     return C.apply_overrides(C.Config(), [*_COMMON, *CASES[case]])
 
 
-def _hashes(tree: Any, prefix: str = "") -> dict[str, str]:
-    """sha256 of every tensor in a nested dict/list, keyed by its path."""
-    out: dict[str, str] = {}
+def _tensors(tree: Any, prefix: str = "") -> dict[str, torch.Tensor]:
+    """Every tensor in a nested dict/list, keyed by its path."""
     if isinstance(tree, torch.Tensor):
-        t = tree.detach().cpu().contiguous()
-        out[prefix] = hashlib.sha256(t.reshape(-1).view(torch.uint8).numpy().tobytes()).hexdigest()[
-            :32
-        ]
-    elif isinstance(tree, dict):
-        for k, v in tree.items():
-            out.update(_hashes(v, f"{prefix}/{k}"))
-    elif isinstance(tree, list | tuple):
-        for i, v in enumerate(tree):
-            out.update(_hashes(v, f"{prefix}/{i}"))
+        return {prefix: tree.detach().cpu().contiguous()}
+    out: dict[str, torch.Tensor] = {}
+    if isinstance(tree, dict | list | tuple):
+        for k, v in tree.items() if isinstance(tree, dict) else enumerate(tree):
+            out.update(_tensors(v, f"{prefix}/{k}"))
     return out
+
+
+def _hashes(tree: Any) -> dict[str, str]:
+    """sha256 of every tensor in a nested dict/list, keyed by its path."""
+    return {
+        path: hashlib.sha256(t.reshape(-1).view(torch.uint8).numpy().tobytes()).hexdigest()[:32]
+        for path, t in _tensors(tree).items()
+    }
 
 
 def _outcome(run: Path) -> dict[str, Any]:
     """What the run logged and where its weights ended, without wall times."""
     records = [
-        {k: v for k, v in r.items() if k not in _WALL} for r in read_metrics(run / "metrics.jsonl")
+        {k: v for k, v in r.items() if k not in _WALL and not k.startswith("perf/")}
+        for r in read_metrics(run / "metrics.jsonl")
     ]
     state = load_checkpoint(run / "checkpoint.pt")
     summary = json.loads((run / "summary.json").read_text())
     return {
         "records": records,
         "global_step": state["global_step"],
-        "algo": _hashes(state["algo"]),
+        "algo_state": state["algo"],
         "eval_return_mean": summary["eval_return_mean"],
     }
 
@@ -119,10 +166,10 @@ def test_training_is_unchanged_bit_for_bit(case, golden, tmp_path):
     got, want = _outcome(run), golden[case]
     assert len(got["records"]) == len(want["records"])
     for g, w in zip(got["records"], want["records"], strict=True):
-        assert g == w, f"iteration {w.get('iteration')}"
+        assert _same_values(g, w), f"iteration {w.get('iteration')}: {g} != {w}"
     assert got["global_step"] == want["global_step"]
-    assert got["algo"] == want["algo"], "final weights/optimizer state differ"
-    assert got["eval_return_mean"] == want["eval_return_mean"]
+    assert _same_weights(got["algo_state"], want), "final weights/optimizer state differ"
+    assert math.isclose(got["eval_return_mean"], want["eval_return_mean"], rel_tol=REL)
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -135,11 +182,13 @@ def test_a_checkpoint_from_the_older_code_resumes_exactly(case, golden, tmp_path
     train(C.Config(), run, resume=True, progress=False)
     got, want = _outcome(run), golden[case]
     assert got["global_step"] == want["global_step"]
-    assert got["algo"] == want["algo"], "resumed run ended on other weights than the whole run"
-    # The records after the stop continue the whole run's curve exactly.
+    assert _same_weights(got["algo_state"], want), "resumed run ended on other weights"
+    # The records after the stop continue the whole run's curve.
     stopped = golden[f"{case}/stopped_at_iteration"]
     later = [r for r in want["records"] if r["iteration"] > stopped]
-    assert later and got["records"][-len(later) :] == later
+    assert later and len(got["records"]) >= len(later)
+    for g, w in zip(got["records"][-len(later) :], later, strict=True):
+        assert _same_values(g, w), f"iteration {w.get('iteration')}: {g} != {w}"
 
 
 def _record() -> None:
@@ -151,6 +200,9 @@ def _record() -> None:
             run = Path(tmp) / case
             _train(case, run)
             out[case] = _outcome(run)
+            state = out[case].pop("algo_state")
+            out[case]["algo"] = _hashes(state)
+            out[case]["algo_fingerprint"] = _fingerprint(state)
             iterations = out[case]["records"][-1]["iteration"]
             half = iterations // 2
             out[f"{case}/stopped_at_iteration"] = half
