@@ -16,8 +16,9 @@ import yaml
 
 from orin_rl import env_backends
 from orin_rl.config_types import ConfigError as ConfigError  # re-exported: config's errors
-from orin_rl.config_types import coerce, comment_lines
+from orin_rl.config_types import check_wrapper, coerce, comment_lines
 from orin_rl.config_types import field_docs as field_docs  # re-exported: the fields' docs
+from orin_rl.config_types import read_yaml_mapping as read_yaml_mapping  # re-exported
 
 
 @dataclass
@@ -227,6 +228,9 @@ class TrainConfig:
     """Learner device: `auto` picks cuda when torch sees a GPU."""
     seed: int = 1
     """Seed for torch, numpy and the environments."""
+    overlap: bool = False
+    """PPO on CPU physics: the envs collect the next rollout (with the policy one update
+    behind) while the learner trains on the last one (orin_rl/runners/overlap.py)."""
     torch_threads: int = 1
     """CPU threads for torch (small policies run fastest on one; 0 keeps torch's default)."""
     log_every: int = 1
@@ -486,7 +490,7 @@ def validate(cfg: Config) -> None:
             f"env.backend: {cfg.env.backend!r} is not one of {', '.join(env_backends.names())}"
         )
     for i, wrapper in enumerate(cfg.env.wrappers):
-        _check_wrapper(f"env.wrappers[{i}]", wrapper)
+        check_wrapper(f"env.wrappers[{i}]", wrapper)
     if any(h <= 0 for h in cfg.ppo.hidden_sizes) or not cfg.ppo.hidden_sizes:
         raise ConfigError(f"ppo.hidden_sizes: need positive widths, got {cfg.ppo.hidden_sizes}")
     for section in ("sac", "dqn"):
@@ -551,39 +555,6 @@ def validate(cfg: Config) -> None:
             f"ppo.num_minibatches: {cfg.ppo.num_minibatches} does not divide the batch of "
             f"{cfg.batch_size} (env.num_envs * ppo.num_steps)"
         )
-
-
-def _check_wrapper(key: str, entry: str | dict[str, Any]) -> None:
-    """An env.wrappers entry: "module:Callable" or {wrapper: "module:Callable", kwargs: {...}}."""
-    example = '"module:Callable" or {wrapper: "module:Callable", kwargs: {...}}'
-    if isinstance(entry, dict):
-        unknown = set(entry) - {"wrapper", "kwargs"}
-        if unknown or not isinstance(entry.get("wrapper"), str):
-            raise ConfigError(f"{key}: expected {example}, got {entry!r}")
-        if not isinstance(entry.get("kwargs", {}), dict):
-            raise ConfigError(f"{key}.kwargs: expected a mapping, got {entry['kwargs']!r}")
-        entry = entry["wrapper"]
-    module, sep, name = entry.partition(":")
-    if not (module and sep and name):
-        raise ConfigError(f"{key}: {entry!r} is not a module:Callable name ({example})")
-
-
-def read_yaml_mapping(
-    path: str | Path, what: str = "config", error: type[Exception] = ConfigError
-) -> dict[str, Any]:
-    """A YAML file that must hold a mapping (``yaml.safe_load``; empty → {}), with ``error``
-    naming the file for unreadable, invalid or wrong-kind content."""
-    try:
-        data = yaml.safe_load(Path(path).read_text())
-    except OSError as exc:
-        raise error(f"{path}: cannot read {what} ({exc.strerror})") from None
-    except yaml.YAMLError as exc:
-        raise error(f"{path}: not valid YAML ({exc.__class__.__name__})") from None
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise error(f"{path}: a {what} file is a mapping, got {type(data).__name__}")
-    return data
 
 
 def load(path: str | Path, base: Config | None = None) -> Config:

@@ -13,7 +13,10 @@ import itertools
 import textwrap
 import types
 import typing
+from pathlib import Path
 from typing import Any, Literal
+
+import yaml
 
 from orin_rl.errors import OrinError
 
@@ -116,3 +119,36 @@ def comment_lines(doc: str, indent: str, width: int) -> list[str]:
         text, width - len(indent) - 2, break_long_words=False, break_on_hyphens=False
     )
     return [f"{indent}# {line}" for line in wrapped]
+
+
+def check_wrapper(key: str, entry: str | dict[str, Any]) -> None:
+    """An env.wrappers entry: "module:Callable" or {wrapper: "module:Callable", kwargs: {...}}."""
+    example = '"module:Callable" or {wrapper: "module:Callable", kwargs: {...}}'
+    if isinstance(entry, dict):
+        unknown = set(entry) - {"wrapper", "kwargs"}
+        if unknown or not isinstance(entry.get("wrapper"), str):
+            raise ConfigError(f"{key}: expected {example}, got {entry!r}")
+        if not isinstance(entry.get("kwargs", {}), dict):
+            raise ConfigError(f"{key}.kwargs: expected a mapping, got {entry['kwargs']!r}")
+        entry = entry["wrapper"]
+    module, sep, name = entry.partition(":")
+    if not (module and sep and name):
+        raise ConfigError(f"{key}: {entry!r} is not a module:Callable name ({example})")
+
+
+def read_yaml_mapping(
+    path: str | Path, what: str = "config", error: type[Exception] = ConfigError
+) -> dict[str, Any]:
+    """A YAML file that must hold a mapping (``yaml.safe_load``; empty → {}), with ``error``
+    naming the file for unreadable, invalid or wrong-kind content."""
+    try:
+        data = yaml.safe_load(Path(path).read_text())
+    except OSError as exc:
+        raise error(f"{path}: cannot read {what} ({exc.strerror})") from None
+    except yaml.YAMLError as exc:
+        raise error(f"{path}: not valid YAML ({exc.__class__.__name__})") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise error(f"{path}: a {what} file is a mapping, got {type(data).__name__}")
+    return data

@@ -110,12 +110,13 @@ def train_flags(p: argparse.ArgumentParser) -> None:
         default=None,
         help="capture each iteration in one CUDA graph (needs --env-backend gpu on CUDA)",
     )
-    p.add_argument(
-        "--compile", action="store_true", default=None, help="torch.compile networks and envs"
-    )
-    p.add_argument(
-        "--nvtx", action="store_true", default=None, help="NVTX ranges for Nsight Systems"
-    )
+    flags = {  # on/off flags: (name, help)
+        "--compile": "torch.compile networks and envs",
+        "--overlap": "PPO on CPU physics: collect the next rollout while the learner updates",
+        "--nvtx": "NVTX ranges for Nsight Systems",
+    }
+    for name, help_line in flags.items():
+        p.add_argument(name, action="store_true", default=None, help=help_line)
     p.add_argument(
         "--num-agents",
         type=_POSITIVE_INT,

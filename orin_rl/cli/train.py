@@ -34,6 +34,7 @@ TRAIN_FLAGS = {
     "env_backend": "env.backend",
     "precision": "train.precision",
     "cuda_graphs": "train.cuda_graphs",
+    "overlap": "train.overlap",
     "compile": "train.compile",
     "nvtx": "train.nvtx",
     "num_agents": "train.num_agents",

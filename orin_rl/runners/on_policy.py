@@ -28,6 +28,7 @@ from orin_rl.models.batched import BatchedActorCritic
 from orin_rl.runners.base import Runner
 from orin_rl.runners.checkpointing import rng_state, set_rng_state
 from orin_rl.runners.graphs import GraphedCall, GraphedIteration, graph_blocker, nvtx_range
+from orin_rl.runners.overlap import OverlappedRollouts, overlap_blocker
 
 log = logging.getLogger(__name__)
 
@@ -67,17 +68,7 @@ class OnPolicyRunner(Runner):
         if self.dist.enabled:
             distributed.broadcast_module(self.policy)  # one set of weights to start from
             torch.manual_seed(cfg.train.seed + 7919 * self.dist.rank)  # own action samples
-        discrete = self.policy_spec.action_kind == "discrete"
-        self.buffer = RolloutBuffer(
-            cfg.ppo.num_steps,
-            cfg.env.num_envs * self.num_agents,
-            tuple(self.policy_spec.obs_shape),
-            () if discrete else (self.policy_spec.action_dim,),
-            torch.int64 if discrete else torch.float32,
-            self.device,
-            cfg.buffer.placement,
-            cfg.ppo.num_minibatches,
-        )
+        self.buffer = self.make_rollout_buffer()
         self.use_graphs = False
         self.env_graphs: dict[str, Any] | None = None
         if cfg.train.cuda_graphs:
@@ -98,6 +89,28 @@ class OnPolicyRunner(Runner):
             self.algo = PPO(*args, **options, dist_ctx=self.dist)
         self._make_fused()
         self._make_obs_into_buffer()
+        self.overlap: OverlappedRollouts | None = None
+        if cfg.train.overlap:
+            reason = overlap_blocker(cfg, self.env, self.device, self.dist.enabled)
+            if reason is not None:
+                raise OrinError(f"train.overlap: {reason}; drop --overlap")
+            self.overlap = OverlappedRollouts(self)
+            log.info("overlapped rollouts: the envs collect the next rollout during the update")
+
+    def make_rollout_buffer(self) -> RolloutBuffer:
+        """A rollout buffer of this run's shape and placement."""
+        cfg, spec = self.cfg, self.policy_spec
+        discrete = spec.action_kind == "discrete"
+        return RolloutBuffer(
+            cfg.ppo.num_steps,
+            cfg.env.num_envs * self.num_agents,
+            tuple(spec.obs_shape),
+            () if discrete else (spec.action_dim,),
+            torch.int64 if discrete else torch.float32,
+            self.device,
+            cfg.buffer.placement,
+            cfg.ppo.num_minibatches,
+        )
 
     def _make_obs_into_buffer(self) -> None:
         """CPU envs write straight into storage the learner reads, where the buffer allows it.
@@ -168,6 +181,8 @@ class OnPolicyRunner(Runner):
             else:
                 self._fused_checked = True
                 return out
+        if self.overlap is not None:
+            return self.overlap.iterate(obs)
         if self._graph is not None:
             lr = algo.set_learning_rate()
             with nvtx_range("iteration (CUDA graph replay)", nvtx):
@@ -182,7 +197,7 @@ class OnPolicyRunner(Runner):
             with nvtx_range("rollout", nvtx):
                 for _ in range(self.rollout_steps):  # batched env steps into the buffer
                     actions = algo.act(obs)
-                    step = self._env_step(actions)
+                    step = self.env_step(actions, algo.buffer)
                     algo.process_env_step(step)
                     obs = step.obs
             if self.device.type == "cuda":  # the phases' wall times (one sync an iteration)
@@ -199,11 +214,10 @@ class OnPolicyRunner(Runner):
             self._capture(obs)
         return obs, losses
 
-    def _env_step(self, actions: torch.Tensor) -> Any:
-        """``env.step``; with ``obs_into_buffer`` the observations land in the next buffer slot
-        (the last step's in the env's own storage: it starts the next rollout)."""
+    def env_step(self, actions: torch.Tensor, buffer: RolloutBuffer) -> Any:
+        """``env.step``; with ``obs_into_buffer`` the observations land in ``buffer``'s next
+        slot (the last step's in the env's own storage: it starts the next rollout)."""
         if self.obs_into_buffer:
-            buffer = self.algo.buffer
             nxt = buffer.step + 1
             if nxt < buffer.num_steps:
                 return self.env.step(actions, obs_out=buffer.obs_slot(nxt))
@@ -282,3 +296,12 @@ class OnPolicyRunner(Runner):
     def _restore_algo_extras(self) -> None:
         if self.fused is not None:
             self.fused.from_optimizer()
+        if self.overlap is not None:
+            self.overlap.restore_from_learner()
+
+    def _finish(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        try:
+            return super()._finish(*args, **kwargs)
+        finally:
+            if self.overlap is not None:
+                self.overlap.close()

@@ -1,0 +1,141 @@
+"""Overlapped PPO rollouts (``train.overlap``): the envs collect rollout k+1 while the learner
+runs update k+1 on rollout k.
+
+With CPU physics a synchronous iteration leaves the learner idle while the env workers step,
+then the workers idle while the learner updates. Here a collector thread steps the envs with
+the *behaviour policy* (a copy of the learner's weights as of the last update, its own
+observation normaliser) into one of two rollout buffers, while the learner trains on the
+other; at the iteration's end they swap. The policy lag is one rollout: rollout k+1 is
+collected with the weights of update k, while update k+1 trains on rollout k, collected with
+those of update k-1. PPO's ratio is taken against the log-probabilities the behaviour policy
+stored with each step, and GAE uses the values it stored, so the loss is PPO's loss of the
+data as collected (an off-by-one-update behaviour policy is what the clip already bounds).
+
+No copies between the two sides: the collector writes each step into the buffer the next
+update reads (``RolloutBuffer.add``; where the env writes straight into storage,
+``obs_into_buffer``, into that buffer's slot), and the learner takes that buffer as its own.
+Both sides release the GIL in their heavy parts (env workers' pipes, torch kernels), so a
+thread is enough.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import torch
+
+from orin_rl.algorithms import PPO
+
+log = logging.getLogger(__name__)
+
+
+def overlap_blocker(cfg: Any, env: Any, device: torch.device, distributed: bool) -> str | None:
+    """Why ``train.overlap`` cannot run this configuration (None: it can)."""
+    checks = [
+        (cfg.train.algo != "ppo", f"PPO only (train.algo is {cfg.train.algo})"),
+        (getattr(env, "graph_safe", False) or getattr(env, "has_own_graphs", False),
+         "the envs step on the GPU: there is no CPU physics to overlap (env.backend gym)"),
+        (cfg.train.cuda_graphs, "--cuda-graphs captures a whole synchronous iteration"),
+        (cfg.train.num_agents > 1, "train.num_agents > 1"),
+        (distributed, "a distributed run"),
+        (cfg.ppo.target_kl is not None, "ppo.target_kl (an early stop reads the device)"),
+    ]  # fmt: skip
+    return next((reason for failed, reason in checks if failed), None)
+
+
+class OverlappedRollouts:
+    """The two sides of an overlapped iteration (module docstring) for ``runner``."""
+
+    def __init__(self, runner: Any):
+        self.runner = runner
+        self.learner: PPO = runner.algo
+        cfg = runner.cfg
+        # The behaviour policy: the learner's weights, its own copy (the learner changes its
+        # weights while the collector acts), with the observation statistics it updates.
+        self.behaviour = copy.deepcopy(self.learner.policy)
+        self.collector = PPO(
+            self.behaviour,
+            runner.make_rollout_buffer(),
+            cfg.ppo,
+            runner.num_iterations,
+            runner.device,
+            precision=cfg.train.precision,
+        )
+        self.collector.value_all_final_obs = self.learner.value_all_final_obs
+        self.spare = self.learner.buffer  # the learner takes the collector's buffers in turn
+        self.primed = False
+        self.pool = ThreadPoolExecutor(1, thread_name_prefix="orin-rl-collector")
+        self._stream = torch.cuda.Stream(runner.device) if runner.device.type == "cuda" else None
+        self.lag_log: list[tuple[int, int]] = []
+        """(iteration whose weights collected a rollout, update that trained on it): tests."""
+        self._behaviour_version = 0
+
+    # ------------------------------------------------------------------ the two sides
+    def _collect(self, obs: torch.Tensor) -> tuple[torch.Tensor, int]:
+        """A rollout of ``num_steps`` with the behaviour policy into the collector's buffer,
+        GAE included; (next observation, the weights' version)."""
+        version = self._behaviour_version
+        algo = self.collector
+        ctx = torch.cuda.stream(self._stream) if self._stream is not None else _null()
+        with ctx:
+            for _ in range(self.runner.rollout_steps):
+                actions = algo.act(obs)
+                step = self.runner.env_step(actions, algo.buffer)
+                algo.process_env_step(step)
+                obs = step.obs
+            algo.compute_returns(obs)
+        if self._stream is not None:
+            self._stream.synchronize()
+        return obs, version
+
+    def iterate(self, obs: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+        """Update k+1 on rollout k while rollout k+1 is collected; returns the observation the
+        next rollout starts from and the update's losses."""
+        if not self.primed:  # the first rollout has nothing to overlap with
+            obs, version = self._collect(obs)
+            self._pending_version = version
+            self.primed = True
+        filled = self.collector.buffer
+        trained_version = self._pending_version
+        self.collector.buffer = self.spare
+        self.learner.buffer = filled  # the storage the collector wrote: no copy
+        future = self.pool.submit(self._collect, obs)
+        try:
+            losses = self.learner.update()  # clears `filled` at its end
+        finally:
+            obs, self._pending_version = future.result()  # the collector's errors surface here
+        self.spare = filled
+        self.lag_log.append((trained_version, self.learner.iteration))
+        self._sync_weights()
+        return obs, losses
+
+    def _sync_weights(self) -> None:
+        """The behaviour policy takes the update's weights; the learner takes the observation
+        statistics the behaviour policy gathered (what checkpoints and exports carry)."""
+        with torch.no_grad():
+            for mine, theirs in zip(
+                self.behaviour.parameters(), self.learner.policy.parameters(), strict=True
+            ):
+                mine.copy_(theirs)
+            learner_norm = self.learner.policy.obs_normalizer
+            if learner_norm is not None:
+                learner_norm.load_state_dict(self.behaviour.obs_normalizer.state_dict())
+        self._behaviour_version = self.learner.iteration
+
+    def restore_from_learner(self) -> None:
+        """After the learner's state was loaded (a resume): the behaviour policy is the
+        learner's policy, normaliser included."""
+        self.behaviour.load_state_dict(self.learner.policy.state_dict())
+        self._behaviour_version = self.learner.iteration
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True)
+
+
+def _null():
+    import contextlib
+
+    return contextlib.nullcontext()

@@ -1,0 +1,118 @@
+"""``train.overlap``: rollout k+1 collected while update k+1 trains on rollout k (CPU physics).
+
+The lag is one rollout, the ratio uses the behaviour policy's stored log-probabilities, the
+learner reads the storage the collector wrote, and CartPole still solves."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from orin_rl import config as C
+from orin_rl.runners import make_runner
+
+SMALL = [
+    "env.env_id=CartPole-v1",
+    "env.num_envs=4",
+    "ppo.num_steps=16",
+    "ppo.num_epochs=1",
+    "ppo.num_minibatches=1",
+    "train.device=cpu",
+    "train.eval_every=0",
+    "train.eval_episodes=1",
+    "train.tensorboard=false",
+    "train.stop_at_threshold=false",
+]
+
+
+def _runner(tmp_path, overlap: bool, iterations: int = 3):
+    steps = iterations * 4 * 16
+    cfg = C.apply_overrides(
+        C.Config(), [*SMALL, f"train.total_steps={steps}", f"train.overlap={str(overlap).lower()}"]
+    )
+    return make_runner(cfg, tmp_path / ("on" if overlap else "off"), progress=False)
+
+
+def _record_updates(runner, monkeypatch) -> list[dict]:
+    """What each update saw: its buffer and the KL of its one minibatch."""
+    seen: list[dict] = []
+    algo = runner.algo
+    update = algo.update
+
+    def recording_update():
+        buffer = algo.buffer
+        entry = {"buffer": buffer, "obs_ptr": buffer.obs.data_ptr(), "written": buffer.step}
+        stats = update()
+        entry["kl"] = stats["losses/approx_kl"]
+        seen.append(entry)
+        return stats
+
+    monkeypatch.setattr(algo, "update", recording_update)
+    return seen
+
+
+def test_the_lag_is_one_rollout_and_the_ratio_uses_the_stored_log_probs(tmp_path, monkeypatch):
+    """Update 1 trains on rollout 0 (initial weights); update u >= 2 on the rollout collected
+    with the weights of update u - 2, while the learner starts from those of u - 1: its first
+    (here only) minibatch sees a KL above 0 between them. Without overlap that KL is 0: the
+    behaviour policy is the learner. Recomputing the log-probabilities with the learner's
+    policy would make it 0 here too."""
+    torch.manual_seed(0)
+    runner = _runner(tmp_path, overlap=True)
+    seen = _record_updates(runner, monkeypatch)
+    runner.learn()
+    assert runner.overlap.lag_log == [(0, 1), (0, 2), (1, 3)]
+    assert seen[0]["kl"] == pytest.approx(0.0, abs=1e-9)  # rollout 0 by the initial weights
+    assert seen[1]["kl"] > 1e-6 and seen[2]["kl"] > 1e-6  # one update behind the learner
+
+    torch.manual_seed(0)
+    sync = _runner(tmp_path, overlap=False)
+    seen_sync = _record_updates(sync, monkeypatch)
+    sync.learn()
+    assert all(s["kl"] == pytest.approx(0.0, abs=1e-9) for s in seen_sync)
+
+
+def test_the_learner_reads_the_storage_the_collector_wrote(tmp_path, monkeypatch):
+    """Two buffers in turn: each update trains on the full buffer the collector filled (the
+    same storage, not a copy), and the collector fills the other one meanwhile."""
+    torch.manual_seed(0)
+    runner = _runner(tmp_path, overlap=True, iterations=4)
+    written = []
+    collector = runner.overlap.collector
+    compute_returns = collector.compute_returns
+
+    def recording_compute_returns(obs):
+        written.append((collector.buffer, collector.buffer.obs.data_ptr()))
+        return compute_returns(obs)
+
+    monkeypatch.setattr(collector, "compute_returns", recording_compute_returns)
+    seen = _record_updates(runner, monkeypatch)
+    runner.learn()
+    assert len(seen) == 4 and len(written) == 5  # one rollout ahead of the updates
+    for update, (buffer, ptr) in zip(seen, written, strict=False):
+        assert update["buffer"] is buffer and update["obs_ptr"] == ptr
+        assert update["written"] == 16  # full: the collector was done with it
+    assert seen[0]["buffer"] is not seen[1]["buffer"] and seen[0]["buffer"] is seen[2]["buffer"]
+
+
+def test_overlap_is_refused_where_there_is_no_cpu_physics_to_overlap(tmp_path):
+    cfg = C.apply_overrides(
+        C.Config(), [*SMALL, "env.backend=gpu", "train.overlap=true", "train.total_steps=64"]
+    )
+    with pytest.raises(Exception, match=r"train.overlap: .*GPU"):
+        make_runner(cfg, tmp_path / "gpu", progress=False)
+
+
+def test_cartpole_solves_with_overlap(tmp_path):
+    """The CartPole preset with --overlap reaches eval >= 475 (20 fresh episodes)."""
+    run = tmp_path / "run"
+    cmd = [sys.executable, "-m", "orin_rl.cli", "-q", "train", "--no-progress", "--env",
+           "CartPole-v1", "--device", "cpu", "--overlap", "--seed", "1", "--out", str(run)]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=400)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["eval_return_mean"] >= 475, summary

@@ -1,0 +1,153 @@
+"""PPO on CPU physics, synchronous against overlapped rollouts (``--overlap``), same envs and
+seeds, one process each, beside the envs' own speed with random actions.
+
+Per task: ``env_only_steps_per_s`` (the same gymnasium vector env, random actions),
+``sync_steps_per_s`` and ``overlap_steps_per_s`` (the trainer's, periodic evaluation
+excluded), the wall time to ``--threshold`` (the first periodic evaluation at or above it)
+and the final evaluation of both. Writes JSON + Markdown.
+
+    python tools/bench_overlap.py --tasks Hopper-v5,Humanoid-v5 --total-steps 1000000 \\
+        --device cuda --out docs/benchmarks/overlap_h200
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+THRESHOLDS = {"Hopper-v5": 1500.0, "Humanoid-v5": 5000.0, "CartPole-v1": 475.0}
+
+
+def env_only(task: str, num_envs: int, vectorization: str, steps: int, seed: int) -> float:
+    """Steps/s of the gymnasium vector env alone, random actions (after a warm-up)."""
+    import numpy as np
+
+    from orin_rl import envs
+
+    env = envs.make(task, num_envs, "cpu", seed=seed, vectorization=vectorization)
+    env.reset()
+    space = env.action_space
+    rng = np.random.default_rng(seed)
+    import torch
+
+    def act():
+        if hasattr(space, "n"):
+            return torch.as_tensor(rng.integers(0, space.n, num_envs))
+        low, high = space.low, space.high
+        return torch.as_tensor(
+            rng.uniform(low, high, (num_envs, *space.shape)), dtype=torch.float32
+        )
+
+    for _ in range(20):
+        env.step(act())
+    start = time.perf_counter()
+    for _ in range(steps):
+        env.step(act())
+    wall = time.perf_counter() - start
+    env.close()
+    return num_envs * steps / wall
+
+
+def train(task: str, args, overlap: bool, work: Path) -> dict:
+    """One ``orin-rl train`` run; its speed, wall to the threshold and final evaluation."""
+    out = work / f"{'overlap' if overlap else 'sync'}-{task}"
+    cmd = [sys.executable, "-m", "orin_rl.cli", "-q", "train", "--no-progress", "--env", task,
+           "--device", args.device, "--num-envs", str(args.num_envs), "--vectorization",
+           args.vectorization, "--total-steps", str(args.total_steps), "--seed", str(args.seed),
+           "--out", str(out), "--set", "train.stop_at_threshold=false",
+           "--set", f"train.eval_every={args.eval_every}",
+           *(["--overlap"] if overlap else [])]  # fmt: skip
+    started = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    wall = time.perf_counter() - started
+    if proc.returncode != 0:
+        raise SystemExit(
+            f"{task} ({'overlap' if overlap else 'sync'}) failed:\n{proc.stderr[-3000:]}"
+        )
+    summary = json.loads((out / "summary.json").read_text())
+    records = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines() if x]
+    threshold = args.threshold or THRESHOLDS.get(task)
+    reached = next(
+        (r["time_s"] for r in records
+         if threshold is not None and r.get("eval/return_mean", -1e30) >= threshold),
+        None,
+    )  # fmt: skip
+    train_s = summary["wall_time_s"] - summary["eval_time_s"]
+    return {
+        "steps_per_s": summary["total_steps"] / train_s if train_s > 0 else None,
+        "wall_to_threshold_s": reached,
+        "final_eval": summary["eval_return_mean"],
+        "process_wall_s": round(wall, 2),
+    }
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--tasks", default="Hopper-v5,Humanoid-v5")
+    p.add_argument("--num-envs", type=int, default=64)
+    p.add_argument("--vectorization", default="async")
+    p.add_argument("--total-steps", type=int, default=1_000_000)
+    p.add_argument("--eval-every", type=int, default=10)
+    p.add_argument("--env-only-steps", type=int, default=300)
+    p.add_argument("--threshold", type=float, help="evaluation return counted as reached")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--work", type=Path, default=Path("/tmp/bench_overlap"))
+    p.add_argument("--out", type=Path, default=ROOT / "docs/benchmarks/overlap_h200")
+    args = p.parse_args()
+    args.work.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for task in args.tasks.split(","):
+        row = {"task": task, "num_envs": args.num_envs,
+               "env_only_steps_per_s": env_only(task, args.num_envs, args.vectorization,
+                                                args.env_only_steps, args.seed)}  # fmt: skip
+        for name, overlap in (("sync", False), ("overlap", True)):
+            result = train(task, args, overlap, args.work)
+            row.update({f"{name}_{k}": v for k, v in result.items()})
+        row["overlap_vs_env_only"] = row["overlap_steps_per_s"] / row["env_only_steps_per_s"]
+        row["overlap_vs_sync"] = row["overlap_steps_per_s"] / row["sync_steps_per_s"]
+        print(json.dumps(row), flush=True)
+        rows.append(row)
+    write(rows, args)
+
+
+def write(rows: list[dict], args) -> None:
+    import torch
+
+    meta = {
+        "machine": f"{platform.machine()}, {os.cpu_count()} CPU cores, Python "
+        f"{platform.python_version()}"
+        + (f", {torch.cuda.get_device_name(0)}" if torch.cuda.is_available() else ""),
+        "command": "python tools/bench_overlap.py " + " ".join(sys.argv[1:]),
+        "date": time.strftime("%Y-%m-%d"),
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.with_suffix(".json").write_text(
+        json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n"
+    )
+    cols = ["task", "num_envs", "env_only_steps_per_s", "sync_steps_per_s", "overlap_steps_per_s",
+            "overlap_vs_env_only", "overlap_vs_sync", "sync_wall_to_threshold_s",
+            "overlap_wall_to_threshold_s", "sync_final_eval", "overlap_final_eval"]  # fmt: skip
+
+    def fmt(v):
+        if isinstance(v, float):
+            return f"{v:,.0f}" if abs(v) >= 100 else f"{v:.3g}"
+        return "—" if v is None else str(v)
+
+    lines = [f"# PPO on CPU physics: synchronous vs overlapped rollouts ({meta['date']})", "",
+             f"{meta['machine']}. `{meta['command']}`", "",
+             "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]  # fmt: skip
+    lines += ["| " + " | ".join(fmt(r.get(c)) for c in cols) + " |" for r in rows]
+    args.out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()
