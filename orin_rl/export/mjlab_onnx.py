@@ -19,6 +19,7 @@ import hashlib
 import logging
 import os
 import shutil
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -76,7 +77,7 @@ def _tensor_specs(session: Any) -> tuple[list[TensorSpec], list[TensorSpec]]:
 
     inputs = [spec(a) for a in session.get_inputs()]
     outputs = [spec(a) for a in session.get_outputs()]
-    if len(inputs) != 1 or not outputs or len(inputs[0].shape) != 2:
+    if len(inputs) != 1 or not outputs or len(inputs[0].shape) != 2 or not outputs[0].shape:
         raise BundleError(
             "an mjlab policy has one (batch, observation) input and an action output; this "
             f"file has inputs {[i.name for i in inputs]} and outputs {[o.name for o in outputs]}"
@@ -200,7 +201,11 @@ def import_mjlab_onnx(
     out.mkdir(parents=True, exist_ok=True)
     target = out / "policy.onnx"
     write_private(target, path.read_bytes())
-    parity = _parity(target, inputs[0].name, obs)
+    try:
+        parity = _parity(target, inputs[0].name, obs)
+    except BundleError:
+        target.unlink(missing_ok=True)  # no half-made bundle left behind
+        raise
     model = onnx.load(str(target), load_external_data=False)
     opset = max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), default=0)
     info = BundleInfo(
@@ -233,10 +238,15 @@ def cached_bundle(path: str | Path) -> Path:
     root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "orin_rl"
     folder = root / "mjlab_imports" / digest
     if not (folder / "policy.json").is_file():
-        staging = folder.with_name(digest + ".partial")
-        shutil.rmtree(staging, ignore_errors=True)
-        import_mjlab_onnx(path, staging)
-        shutil.rmtree(folder, ignore_errors=True)
-        staging.rename(folder)
-        log.info("%s: mjlab policy export, imported as the bundle %s", path, folder)
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=digest + ".", dir=folder.parent))
+        try:
+            import_mjlab_onnx(path, staging)
+            staging.rename(folder)  # atomic; another process may have been first
+            log.info("%s: mjlab policy export, imported as the bundle %s", path, folder)
+        except OSError:
+            if not (folder / "policy.json").is_file():
+                raise
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
     return folder

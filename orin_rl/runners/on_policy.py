@@ -130,6 +130,9 @@ class OnPolicyRunner(Runner):
             and not self.use_graphs
             and self.buffer.host_writable
             and np.issubdtype(env_obs.dtype, np.floating)
+            # overlapped on CUDA, the collector's host writes would meet the learner's kernels
+            # in managed memory (Tegra: concurrentManagedAccess 0)
+            and not (self.cfg.train.overlap and self.device.type == "cuda")
         ):
             return
         self.env.stage_outputs(self.buffer.placement)

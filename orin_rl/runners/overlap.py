@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -65,13 +66,17 @@ class OverlappedRollouts:
             precision=cfg.train.precision,
         )
         self.collector.value_all_final_obs = self.learner.value_all_final_obs
+        # One reward normaliser: the collector updates it, checkpoints save the learner's.
+        self.collector.reward_normalizer = self.learner.reward_normalizer
         self.spare = self.learner.buffer  # the learner takes the collector's buffers in turn
         self.primed = False
         self.pool = ThreadPoolExecutor(1, thread_name_prefix="orin-rl-collector")
         self._stream = torch.cuda.Stream(runner.device) if runner.device.type == "cuda" else None
         self.lag_log: list[tuple[int, int]] = []
-        """(iteration whose weights collected a rollout, update that trained on it): tests."""
+        """(weights' version that collected a rollout, update that trained on it), the last
+        few (tests)."""
         self._behaviour_version = 0
+        self._stop = threading.Event()  # set when the learner fails: the collector stops
 
     # ------------------------------------------------------------------ the two sides
     def _collect(self, obs: torch.Tensor) -> tuple[torch.Tensor, int]:
@@ -82,6 +87,8 @@ class OverlappedRollouts:
         ctx = torch.cuda.stream(self._stream) if self._stream is not None else _null()
         with ctx:
             for _ in range(self.runner.rollout_steps):
+                if self._stop.is_set():
+                    raise _Stopped
                 actions = algo.act(obs)
                 step = self.runner.env_step(actions, algo.buffer)
                 algo.process_env_step(step)
@@ -95,6 +102,7 @@ class OverlappedRollouts:
         """Update k+1 on rollout k while rollout k+1 is collected; returns the observation the
         next rollout starts from and the update's losses."""
         if not self.primed:  # the first rollout has nothing to overlap with
+            self._wait_for_weights()
             obs, version = self._collect(obs)
             self._pending_version = version
             self.primed = True
@@ -102,15 +110,33 @@ class OverlappedRollouts:
         trained_version = self._pending_version
         self.collector.buffer = self.spare
         self.learner.buffer = filled  # the storage the collector wrote: no copy
-        future = self.pool.submit(self._collect, obs)
+        last = self.learner.iteration + 1 >= self.runner.num_iterations
+        future = None
+        if not last:  # the run's last update: no rollout after it to collect
+            self._wait_for_weights()
+            future = self.pool.submit(self._collect, obs)
         try:
             losses = self.learner.update()  # clears `filled` at its end
-        finally:
+        except BaseException:
+            self._stop.set()  # the collector stops at its next step; the learner's error wins
+            if future is not None:
+                try:
+                    future.result()
+                except BaseException as exc:  # reported, not raised
+                    if not isinstance(exc, _Stopped):
+                        log.warning("the collector failed too: %s", exc)
+            raise
+        if future is not None:
             obs, self._pending_version = future.result()  # the collector's errors surface here
         self.spare = filled
-        self.lag_log.append((trained_version, self.learner.iteration))
+        self.lag_log = [*self.lag_log[-15:], (trained_version, self.learner.iteration)]
         self._sync_weights()
         return obs, losses
+
+    def _wait_for_weights(self) -> None:
+        """The collector's stream starts after the weights' copy on the learner's."""
+        if self._stream is not None:
+            self._stream.wait_stream(torch.cuda.current_stream(self.runner.device))
 
     def _sync_weights(self) -> None:
         """The behaviour policy takes the update's weights; the learner takes the observation
@@ -133,6 +159,10 @@ class OverlappedRollouts:
 
     def close(self) -> None:
         self.pool.shutdown(wait=True)
+
+
+class _Stopped(Exception):
+    """The collector stopped because the learner failed."""
 
 
 def _null():

@@ -55,8 +55,16 @@ def _foreign_onnx(path: Path) -> Path:
     other is refused in one line."""
     from orin_rl.export import mjlab_onnx
 
-    if path.is_file() and mjlab_onnx.is_mjlab_export(path):
-        return mjlab_onnx.cached_bundle(path)
+    if not path.is_file():
+        raise bundle.BundleError(f"{path}: no such file")
+    try:
+        if mjlab_onnx.is_mjlab_export(path):
+            return mjlab_onnx.cached_bundle(path)
+    except ImportError as exc:
+        raise bundle.BundleError(
+            f"{path}: a bare ONNX file is imported with onnx and onnxruntime ({exc.name} is "
+            "missing): pip install 'orin-rl[export]'"
+        ) from None
     raise bundle.BundleError(
         f"{path}: an ONNX file runs from its bundle folder (policy.json beside it), or is "
         "mjlab's policy export (`orin-rl export FILE.onnx --env TASK` checks it against the task)"

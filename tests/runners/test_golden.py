@@ -5,17 +5,20 @@ Each case trains a few iterations with fixed seeds on the CPU and compares every
 (losses, returns, evaluations; not wall times) and a sha256 of every tensor in the final
 checkpoint's algorithm state against ``data/golden.json``. The run folders under
 ``data/golden_resume/`` were written by that same older code, stopped half-way: resuming them
-must still work and end exactly where the uninterrupted run ended.
+must still work and end exactly where the uninterrupted run ended. Where a CPU's float32
+kernels round otherwise than the recording machine's (seen on an AVX-512/AMX Xeon), the
+``platforms`` section holds what the same older code gave on that CPU, bit for bit; a run
+must match one of them exactly.
 
 Re-record only on purpose (a change that is meant to alter the numbers):
-``python -m tests.runners.test_golden`` rewrites ``data/golden.json`` and the resume folders.
+``python -m tests.runners.test_golden --record`` rewrites ``data/golden.json`` (dropping the
+other platforms' sections, which a change of numbers invalidates) and the resume folders.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import math
 import shutil
 import sys
 from pathlib import Path
@@ -55,49 +58,14 @@ CASES: dict[str, list[str]] = {
 }  # fmt: skip
 _WALL = ("time_s", "steps_per_s")
 """Record keys that measure the machine, not the learning (and every ``perf/`` key)."""
-REL, ABS = 1e-3, 1e-6
-"""Where a CPU's float32 kernels round otherwise than the recording CPU's (seen: an AVX-512/AMX
-Xeon against the recording machine, the same code at b8aab6f on both), logged values agree to
-this and no closer; bit for bit holds on the recording CPU, and is tried first."""
+PLATFORMS = "platforms"
+"""golden.json also holds, per CPU whose float32 kernels round otherwise than the recording
+machine's, what the same older code gave there, bit for bit (see ``platforms_note``)."""
 
 
-def _same_values(got: dict[str, Any], want: dict[str, Any]) -> bool:
-    """Equal, or the same keys with floats within REL/ABS and everything else equal."""
-    if got == want:
-        return True
-    if got.keys() != want.keys():
-        return False
-    for key, w in want.items():
-        g = got[key]
-        if isinstance(w, float) and isinstance(g, float):
-            if not math.isclose(g, w, rel_tol=REL, abs_tol=ABS):
-                return False
-        elif g != w:
-            return False
-    return True
-
-
-def _same_weights(state: Any, want: dict[str, Any]) -> bool:
-    """The final algorithm state: its tensors' sha256 as recorded, or else (another CPU's
-    rounding) each tensor's sum and sum of |x| within 1e-4 of those the recording code gave."""
-    if _hashes(state) == want["algo"]:
-        return True
-    got = _fingerprint(state)
-    if got.keys() != want["algo_fingerprint"].keys():
-        return False
-    return all(
-        math.isclose(g, w, rel_tol=1e-4, abs_tol=1e-7)
-        for key, pair in want["algo_fingerprint"].items()
-        for g, w in zip(got[key], pair, strict=True)
-    )
-
-
-def _fingerprint(tree: Any) -> dict[str, list[float]]:
-    """[sum, sum of |x|] of every tensor in a nested dict/list (float64), by path."""
-    return {
-        path: [float(t.double().sum()), float(t.double().abs().sum())]
-        for path, t in _tensors(tree).items()
-    }
+def _expectations(golden: dict[str, Any], case: str) -> list[dict[str, Any]]:
+    """The recording machine's outcome of ``case``, then each other platform's."""
+    return [golden[case], *(p[case] for p in golden.get(PLATFORMS, {}).values())]
 
 
 def _config(case: str) -> C.Config:
@@ -163,13 +131,17 @@ def golden() -> dict[str, Any]:
 def test_training_is_unchanged_bit_for_bit(case, golden, tmp_path):
     run = tmp_path / "run"
     _train(case, run)
-    got, want = _outcome(run), golden[case]
-    assert len(got["records"]) == len(want["records"])
-    for g, w in zip(got["records"], want["records"], strict=True):
-        assert _same_values(g, w), f"iteration {w.get('iteration')}: {g} != {w}"
-    assert got["global_step"] == want["global_step"]
-    assert _same_weights(got["algo_state"], want), "final weights/optimizer state differ"
-    assert math.isclose(got["eval_return_mean"], want["eval_return_mean"], rel_tol=REL)
+    got = _outcome(run)
+    got["algo"] = _hashes(got.pop("algo_state"))
+    keys = ("records", "global_step", "algo", "eval_return_mean")
+    outcomes = [{k: want[k] for k in keys} for want in _expectations(golden, case)]
+    if {k: got[k] for k in keys} in outcomes:
+        return
+    want = outcomes[0]  # say where it departs from the recording machine's run
+    for g, w in zip(got["records"], want["records"], strict=False):
+        assert g == w, f"iteration {w.get('iteration')}"
+    assert got["algo"] == want["algo"], "final weights/optimizer state differ"
+    raise AssertionError("the run differs from every recorded platform's")
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -180,15 +152,21 @@ def test_a_checkpoint_from_the_older_code_resumes_exactly(case, golden, tmp_path
     run = tmp_path / "run"
     shutil.copytree(RESUME / case, run)
     train(C.Config(), run, resume=True, progress=False)
-    got, want = _outcome(run), golden[case]
-    assert got["global_step"] == want["global_step"]
-    assert _same_weights(got["algo_state"], want), "resumed run ended on other weights"
-    # The records after the stop continue the whole run's curve.
+    got = _outcome(run)
+    assert got["global_step"] == golden[case]["global_step"]
+    hashes = _hashes(got.pop("algo_state"))
+    # The recording machine: the resumed run ends where the whole run ended, and its records
+    # after the stop continue the whole run's curve. Another platform: what the older code's
+    # resume of the same folder gave there.
     stopped = golden[f"{case}/stopped_at_iteration"]
-    later = [r for r in want["records"] if r["iteration"] > stopped]
-    assert later and len(got["records"]) >= len(later)
-    for g, w in zip(got["records"][-len(later) :], later, strict=True):
-        assert _same_values(g, w), f"iteration {w.get('iteration')}: {g} != {w}"
+    later = [r for r in golden[case]["records"] if r["iteration"] > stopped]
+    accepted = [(golden[case]["algo"], later)] + [
+        (p[case]["resumed_algo"], p[case]["resumed_records"][-len(later) :])
+        for p in golden.get(PLATFORMS, {}).values()
+    ]
+    assert later and (hashes, got["records"][-len(later) :]) in accepted, (
+        "resumed run ended on other weights or records than the whole run"
+    )
 
 
 def _record() -> None:
@@ -200,9 +178,7 @@ def _record() -> None:
             run = Path(tmp) / case
             _train(case, run)
             out[case] = _outcome(run)
-            state = out[case].pop("algo_state")
-            out[case]["algo"] = _hashes(state)
-            out[case]["algo_fingerprint"] = _fingerprint(state)
+            out[case]["algo"] = _hashes(out[case].pop("algo_state"))
             iterations = out[case]["records"][-1]["iteration"]
             half = iterations // 2
             out[f"{case}/stopped_at_iteration"] = half

@@ -92,11 +92,25 @@ def test_the_learner_reads_the_storage_the_collector_wrote(tmp_path, monkeypatch
     monkeypatch.setattr(collector, "compute_returns", recording_compute_returns)
     seen = _record_updates(runner, monkeypatch)
     runner.learn()
-    assert len(seen) == 4 and len(written) == 5  # one rollout ahead of the updates
+    assert len(seen) == 4 and len(written) == 4  # none after the last update
     for update, (buffer, ptr) in zip(seen, written, strict=False):
         assert update["buffer"] is buffer and update["obs_ptr"] == ptr
         assert update["written"] == 16  # full: the collector was done with it
     assert seen[0]["buffer"] is not seen[1]["buffer"] and seen[0]["buffer"] is seen[2]["buffer"]
+
+
+def test_a_failing_update_raises_its_own_error_and_the_collector_stops(tmp_path, monkeypatch):
+    runner = _runner(tmp_path, overlap=True)
+    calls = []
+
+    def failing_update():
+        calls.append(1)
+        raise RuntimeError("update failed")
+
+    monkeypatch.setattr(runner.algo, "update", failing_update)
+    with pytest.raises(RuntimeError, match="update failed"):
+        runner.learn()
+    assert calls == [1] and runner.overlap._stop.is_set()
 
 
 def test_overlap_is_refused_where_there_is_no_cpu_physics_to_overlap(tmp_path):
