@@ -11,5 +11,9 @@ timeout 300 python3 -m pytest -q -m gpu -p no:cacheprovider tests/envs/test_mjla
   > "$OUT/graph_tests.log" 2>&1
 rc=$?; echo "$rc" > /tmp/graph_test_rc  # tools/h200_mjlab.sh trains eagerly if this failed
 grep -v "^\[INFO\]\|^Module \|Warning\|warnings.warn" "$OUT/graph_tests.log" | tail -30
+if [ "$rc" != 0 ]; then  # where the graphed step departs: first step and quantity
+  timeout 240 python3 tools/diagnose_mjlab_graphs.py --task "${tasks%%,*}" \
+    --out "$OUT/mjlab_graphs_diagnosis.json" 2>&1 | grep -v "^\[INFO\]\|Warning\|warn" | tail -20
+fi
 timeout 280 python3 tools/bench_mjlab_step.py --tasks "$tasks" --steps 70 --warmup 15 --profile-steps 5 \
   --out "$OUT/mjlab_step_h200" 2>&1 | grep -v "^\[INFO\]\|^Module \|Warning\|warnings.warn" | tail -20
