@@ -267,15 +267,15 @@ class MjlabVecEnv(VecEnv):
 
     def use_graphs(self) -> dict[str, Any] | None:
         """Run the step's device work as CUDA graphs from the next step on (CUDA only): the
-        captured and the eager segments, or None on the CPU and, until the graphed step has
-        been verified in training, without ``ORIN_RL_MJLAB_GRAPHS=1`` (README: robot tasks;
-        on the H200 a Go1 run with graphs learnt nothing before ``TensorBindings``)."""
+        captured and the eager segments, or None on the CPU and, until the graphed step
+        passes its ``gpu`` test, without ``ORIN_RL_MJLAB_GRAPHS=1`` (README: robot tasks; on
+        the H200 on 2026-12-02 the graphed Go1 step's rewards differed from mjlab's)."""
         if self.device.type != "cuda":
             return None
         if os.environ.get(GRAPHS_ENV) != "1":
             log.warning(
-                "mjlab step graphs are experimental (not yet verified in training): stepping "
-                "eagerly; set %s=1 to capture them",
+                "mjlab step graphs are experimental (their gpu test against mjlab's step "
+                "fails): stepping eagerly; %s=1 captures them anyway",
                 GRAPHS_ENV,
             )
             return None
@@ -395,7 +395,7 @@ class MjlabDriver:
     ):
         self.env = MjlabGymEnv(env_id, env_config, device)
         if torch.device(device).type == "cuda":
-            self.env.vec.use_graphs()  # a launch-bound world of one: its step as graphs
+            self.env.vec.use_graphs()  # a launch-bound world of one (once graphs are right)
         # Warm-up outside the loop's ticks: one step loads the kernels (and captures the
         # graphs), then the seeded reset starts the world exactly where it would have.
         self.env.reset(seed=seed)

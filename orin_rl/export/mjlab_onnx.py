@@ -85,7 +85,7 @@ def _tensor_specs(session: Any) -> tuple[list[TensorSpec], list[TensorSpec]]:
     return inputs, outputs
 
 
-def _task_observations(env_id: str, metadata: dict[str, str], n: int) -> tuple[np.ndarray, dict]:
+def _task_observations(env_id: str, n: int) -> tuple[np.ndarray, dict]:
     """``n`` actor-group observations of the task's play configuration (random actions), and
     what the task says about the policy's input and output (checked against the file)."""
     from orin_rl.envs.mjlab import MjlabGymEnv
@@ -192,7 +192,7 @@ def import_mjlab_onnx(
     inf = float("inf")
     low, high = [-inf] * action_dim, [inf] * action_dim
     if env_id is not None:
-        obs, facts = _task_observations(env_id, metadata, samples)
+        obs, facts = _task_observations(env_id, samples)
         _check_against_task(env_id, metadata, facts, obs_dim, action_dim)
         low, high = facts["low"], facts["high"]
     else:

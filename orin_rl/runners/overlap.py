@@ -24,6 +24,7 @@ import copy
 import logging
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 from typing import Any
 
 import torch
@@ -84,7 +85,7 @@ class OverlappedRollouts:
         GAE included; (next observation, the weights' version)."""
         version = self._behaviour_version
         algo = self.collector
-        ctx = torch.cuda.stream(self._stream) if self._stream is not None else _null()
+        ctx = torch.cuda.stream(self._stream) if self._stream is not None else nullcontext()
         with ctx:
             for _ in range(self.runner.rollout_steps):
                 if self._stop.is_set():
@@ -163,9 +164,3 @@ class OverlappedRollouts:
 
 class _Stopped(Exception):
     """The collector stopped because the learner failed."""
-
-
-def _null():
-    import contextlib
-
-    return contextlib.nullcontext()
