@@ -76,11 +76,14 @@ def bench_task(task: str, args) -> dict:
 
     os.environ["ORIN_RL_MJLAB_GRAPHS"] = "1"  # the experimental graphed step is measured
     n, steps = args.num_envs, args.steps
-    row: dict = {"task": task, "num_envs": n, "steps_timed": steps - args.warmup}
+    # Episodes start at random steps of the time limit, as in training (rsl_rl's
+    # init_at_random_ep_len): every step then has resets, as a training step has.
+    row: dict = {"task": task, "num_envs": n, "steps_timed": steps - args.warmup,
+                 "random_episode_start": True}  # fmt: skip
     # mjlab's step runs first and again last: the two show whether order (a warmer GPU, a
     # fuller allocator, cached kernels) moves the figures.
     for mode in ("mjlab", "eager", "graphs", "mjlab_last"):
-        env = MjlabVecEnv(task, n, "cuda", EnvOptions(seed=args.seed))
+        env = MjlabVecEnv(task, n, "cuda", EnvOptions(seed=args.seed, random_episode_start=True))
         env.reset()
         g = torch.Generator(device="cuda").manual_seed(args.seed)
         dim = env.action_space.shape[0]

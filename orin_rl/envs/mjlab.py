@@ -282,6 +282,16 @@ class MjlabVecEnv(VecEnv):
         self._stepper.use_graphs = True
         return self._stepper.describe_plan()
 
+    def warm_up(self) -> None:
+        """Steps that load the kernels and, with graphs on, capture every segment of the step:
+        two plain steps, then two that end every world at its time limit (the reset path's
+        captures). The worlds are left where these steps left them: reset them afterwards."""
+        zeros = torch.zeros((self.num_envs, *self.action_space.shape), device=self.device)
+        for timeout in (False, False, True, True):
+            if timeout:  # in place: graphs read it
+                self.env.episode_length_buf.fill_(int(self.env.max_episode_length) - 1)
+            self.step(zeros)
+
     def graph_report(self) -> dict[str, Any]:
         """What ran as CUDA graphs (after the capture) and what stayed eager."""
         return self._stepper.describe()
@@ -396,10 +406,10 @@ class MjlabDriver:
         self.env = MjlabGymEnv(env_id, env_config, device)
         if torch.device(device).type == "cuda":
             self.env.vec.use_graphs()  # a launch-bound world of one (once graphs are right)
-        # Warm-up outside the loop's ticks: one step loads the kernels (and captures the
-        # graphs), then the seeded reset starts the world exactly where it would have.
+        # Warm-up outside the loop's ticks (kernel loads, the graphs' captures, with and
+        # without a reset), then the seeded reset starts the world exactly where it would have.
         self.env.reset(seed=seed)
-        self.env.step(np.zeros(self.env.action_space.shape, np.float32))
+        self.env.vec.warm_up()
         obs, _ = self.env.reset(seed=seed)
         self.obs = obs[None]
         self.returns: list[float] = []

@@ -11,15 +11,24 @@ Python decision on device values, so this module runs the step as
     counters, terminations, rewards, metrics]  | step/interval events, resets,
     sim.forward, commands, sim.sense (eager) |  [observations]
 
-where each ``[...]`` is one ``torch.cuda.CUDAGraph`` on CUDA (captured after a warm-up step)
-and ``sim.step``/``sim.forward``/``sim.sense`` launch mjlab's own Warp graphs between them, on
-the same stream. The eager parts are mjlab's code, called as ``env.step`` calls it. On the CPU
-(Warp's CPU device) or with graphs off the segments run eagerly: that path is held against
-``env.step`` bit for bit by the CPU tests, and the graphed one against it by the ``gpu`` tests.
+where each ``[...]`` is one ``torch.cuda.CUDAGraph`` on CUDA and ``sim.step``/``sim.forward``/
+``sim.sense`` launch mjlab's own Warp graphs between them, on the same stream. The eager parts
+are mjlab's code, called as ``env.step`` calls it. A segment runs eagerly the first time (its
+warm-up), is captured the second time and replays from then on, one capture per state of the
+sensors' Python-side caches (a reset step recomputes what other steps read from the cache).
+The Python a replay skips is redone by ``graph_state`` (a term's state rebound at every call
+is copied back into the tensor the graph reads; flags and log entries are set again).
+
+On the CPU (Warp's CPU device) or with graphs off the segments run eagerly: that path is held
+against ``env.step`` bit for bit by the CPU tests. ``emulate_graphs()`` runs the capture and
+replay logic on the CPU with ``graph_emulation`` (the recorded ops replayed on the recorded
+tensors): the CPU tests hold that against ``env.step`` bit for bit too, and the ``gpu`` test
+holds the CUDA graphs against it.
 
 What a graph cannot keep, it does not capture: a segment that reads a Python-side buffer
-pointer (an actuator's command delay, an observation term's history or delay) stays eager, and
-``describe()`` says which segments are graphs.
+pointer (an actuator's command delay, an observation term's history or delay) stays eager, as
+does one whose Python a replay cannot redo (a counter, a list that grows); ``describe()`` says
+which segments are graphs.
 """
 
 from __future__ import annotations
@@ -32,6 +41,9 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+
+from orin_rl.envs.graph_emulation import EmulatedGraph
+from orin_rl.envs.graph_state import Effects, TensorBindings, bindings, sync_cache
 
 log = logging.getLogger(__name__)
 
@@ -110,99 +122,105 @@ def device_list_indices(cache: dict[tuple, torch.Tensor], device: torch.device):
         torch.Tensor.__setitem__ = setitem
 
 
-class TensorBindings:
-    """The tensors a captured graph reads and writes, held where mjlab's eager code expects
-    them. mjlab rebinds some attributes to fresh tensors between the graphed segments (the
-    terrain-height sensor's hit positions at every ``sense()``); a graph keeps reading the
-    tensor it captured. ``restore`` copies each rebound value into the captured tensor and
-    binds it back, so graph and eager code see one tensor again."""
-
-    def __init__(self, root: Any, device: torch.device, max_depth: int = 6):
-        self.records: list[tuple[Any, Any, torch.Tensor]] = []
-        self.mismatched: list[str] = []
-        self._walk(root, device, max_depth, set())
-
-    def _walk(self, obj: Any, device: torch.device, depth: int, seen: set[int]) -> None:
-        if depth < 0 or id(obj) in seen:
-            return
-        seen.add(id(obj))
-        if isinstance(obj, dict):
-            items: list[tuple[Any, Any]] = list(obj.items())
-        elif isinstance(obj, list):
-            items = list(enumerate(obj))
-        elif _is_task_object(obj):
-            items = list(vars(obj).items())
-        else:
-            return
-        for key, value in items:
-            if isinstance(value, torch.Tensor):
-                if value.device.type == device.type:
-                    self.records.append((obj, key, value))
-            elif isinstance(value, dict | list) or _is_task_object(value):
-                self._walk(value, device, depth - 1, seen)
-
-    def restore(self) -> bool:
-        """Bind every rebound attribute back to its captured tensor, with the new values;
-        False (and ``mismatched`` names them) where a new value has another shape."""
-        ok = True
-        for obj, key, captured in self.records:
-            current = obj[key] if isinstance(obj, dict | list) else getattr(obj, key, None)
-            if current is captured or not isinstance(current, torch.Tensor):
-                continue
-            if current.shape != captured.shape or current.dtype != captured.dtype:
-                self.mismatched.append(f"{type(obj).__name__}.{key}")
-                ok = False
-                continue
-            captured.copy_(current)
-            if isinstance(obj, dict | list):
-                obj[key] = captured
-            else:
-                setattr(obj, key, captured)
-        return ok
+_UNSEEN = object()
 
 
-def _is_task_object(obj: Any) -> bool:
-    """An object of mjlab (a manager, a term, an entity, a sensor, their data) whose tensor
-    attributes a segment may read; mjlab's TorchArray views of Warp arrays never move."""
-    module = type(obj).__module__ or ""
-    return (
-        module.startswith("mjlab")
-        and hasattr(obj, "__dict__")
-        and type(obj).__name__ != "TorchArray"
-        and not isinstance(obj, type)
-    )
+class _Variant:
+    """One capture of a segment: its graph, the Python it redoes after a replay, what the
+    function returned (tensors the graph rewrites), and the sensor caches it read."""
+
+    def __init__(self, graph: Any, effects: Effects, result: Any, cached: list[tuple[Any, Any]]):
+        self.graph = graph
+        self.effects = effects
+        self.result = result
+        self.cached = cached
+
+    def replay(self) -> tuple[bool, Any]:
+        """(False, None) where a sensor's cache cannot be brought back (run it eagerly)."""
+        for sensor, captured in self.cached:
+            if not sync_cache(sensor, captured):
+                return False, None
+        self.graph.replay()
+        self.effects.apply()
+        return True, self.result
 
 
 class _Segment:
-    """One piece of device work: run eagerly, or captured once and replayed."""
+    """One piece of device work: run eagerly, or captured and replayed.
 
-    def __init__(self, name: str, fn: Callable[[], None], graphable: bool):
+    With graphs on, a segment keeps one capture per state of the sensors' Python-side caches
+    (a reset invalidates them: mjlab's step then recomputes what it would otherwise read from
+    the cache, and so does the capture made in that state). The first time a state is seen the
+    segment runs eagerly (its warm-up: lazy tensors made, kernels loaded, list indices cached);
+    the second time it is captured, then replayed from there on."""
+
+    def __init__(self, name: str, fn: Callable[[], Any], graphable: bool, step: SegmentedStep):
         self.name = name
         self.fn = fn
         self.graphable = graphable
-        self.graph: torch.cuda.CUDAGraph | None = None
+        self.step = step
+        self.variants: dict[tuple, _Variant | None] = {}
+        self.refused: list[str] = []
 
-    def __call__(self) -> None:
-        if self.graph is not None:
-            self.graph.replay()
+    @property
+    def captured(self) -> bool:
+        return any(v is not None for v in self.variants.values())
+
+    def __call__(self) -> Any:
+        step = self.step
+        if not (step.use_graphs and self.graphable) or self.refused:
+            return self.fn()
+        key = step.cache_key()
+        variant = self.variants.get(key, _UNSEEN)
+        if variant is _UNSEEN:
+            self.variants[key] = None
+            with step.list_indices():
+                return self.fn()
+        if variant is None:
+            variant = self._capture()
+            if variant is None:
+                return self.fn()
+            self.variants[key] = variant
+        ok, result = variant.replay()
+        return result if ok else self.fn()
+
+    def _capture(self) -> _Variant | None:
+        """Record the work (a CUDA graph, or its emulation off CUDA) and what its Python
+        changes; None where that Python cannot be redone (the capture's changes undone)."""
+        step = self.step
+        step.sync()
+        before = bindings(step.env)
+        cached = [(s, s._cached_data) for s in step.sensors if s._cache_valid]
+        if step.stream is None:
+            graph: Any = EmulatedGraph()
+            context = graph.recording()
         else:
-            self.fn()
-
-    def capture(self, stream: torch.cuda.Stream) -> None:
-        graph = torch.cuda.CUDAGraph()
+            graph = torch.cuda.CUDAGraph()
+            context = torch.cuda.graph(graph, stream=step.stream)
         enabled = gc.isenabled()
         gc.disable()  # no finaliser (a Warp graph's, an array's free) recorded into the graph
         try:
-            with torch.cuda.graph(graph, stream=stream):
-                self.fn()
+            with step.list_indices(), context:
+                result = self.fn()
+                effects = Effects(before, bindings(step.env))
+                if not effects.refused:
+                    effects.copy_back()
         finally:
             if enabled:
                 gc.enable()
-        self.graph = graph
-
-
-_STEP_OUTPUTS = ("obs_buf", "reward_buf", "reset_buf", "reset_terminated", "reset_time_outs")
-"""What ``env.step`` leaves on the env (the capture binds them to graph memory meanwhile)."""
+        if effects.refused:
+            effects.undo()
+            self.refused = effects.refused
+            log.warning(
+                "mjlab step: segment %r stays eager, its Python cannot be replayed: %s",
+                self.name,
+                "; ".join(effects.refused[:5]),
+            )
+            return None
+        step.sync()
+        step.bindings.add(before)
+        step.bindings.add({(id(c), k): (c, k, v) for c, k, v in effects.rebind})
+        return _Variant(graph, effects, result, cached)
 
 
 class SegmentedStep:
@@ -222,9 +240,11 @@ class SegmentedStep:
         self._action = torch.zeros(
             (env.num_envs, env.action_manager.total_action_dim), device=self.device
         )
+        self._log: dict[str, Any] = {}  # env.extras["log"], one dict (a replay writes into it)
+        self.sensors = list(getattr(env.scene, "sensors", {}).values())
         delay = _actuators_have_delay(env)
         buffers = _observations_have_buffers(env)
-        self.segments = [_Segment("action", self._first_substep, not delay)]
+        self.segments = [_Segment("action", self._first_substep, not delay, self)]
         for k in range(self.decimation):
             last = k == self.decimation - 1
             self.segments.append(
@@ -232,22 +252,19 @@ class SegmentedStep:
                     "rewards" if last else f"substep{k + 1}",
                     self._end_of_step if last else self._between_substeps,
                     not delay,
+                    self,
                 )
             )
-        self.observe = _Segment("observations", self._observations, not buffers)
+        self.observe = _Segment("observations", self._observations, not buffers, self)
         self.terminal = _Segment(
             "terminal",
             self._terminal_obs,
             not buffers and not group_has_noise(env, terminal_group),
+            self,
         )
-        # What the segments leave for the step (set by their first run, eager or captured).
-        self._terminal_out: Any = None
-        self._outputs: Any = None
-        self._obs: Any = None
         self.use_graphs = use_graphs and self.device.type == "cuda"
-        self._bindings: TensorBindings | None = None
+        self.bindings = TensorBindings(device=self.device)
         self._index_cache: dict[tuple, torch.Tensor] = {}
-        self.captured = False
         self.terminal_needed = True
         """Take the terminal observation of worlds that time out (the learner reads it)."""
         self.timings: dict[str, float] | None = None
@@ -256,17 +273,39 @@ class SegmentedStep:
         # mjlab writes sim data on Warp's stream and relies on its implicit ordering with
         # torch's legacy default stream; the segmented step runs everything on Warp's stream,
         # so graph capture and replay see one stream and one order.
-        self._stream = None
+        self.stream = None
         if self.device.type == "cuda":
             import warp as wp
 
             wp_stream = wp.get_stream(env.sim.wp_device)
-            self._stream = torch.cuda.ExternalStream(wp_stream.cuda_stream, device=self.device)
+            self.stream = torch.cuda.ExternalStream(wp_stream.cuda_stream, device=self.device)
 
     @property
     def _every(self) -> list[_Segment]:
         """The segments in the order a step runs them."""
         return [*self.segments, self.observe, self.terminal]
+
+    @property
+    def captured(self) -> bool:
+        return any(s.captured for s in self._every)
+
+    def cache_key(self) -> tuple[bool, ...]:
+        """The state of the sensors' Python-side caches (what a segment's Python branches on)."""
+        return tuple(bool(s._cache_valid) for s in self.sensors)
+
+    def list_indices(self) -> contextlib.AbstractContextManager:
+        return device_list_indices(self._index_cache, self.device)
+
+    def sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def emulate_graphs(self) -> None:
+        """Off CUDA: capture and replay the segments with ``graph_emulation`` (the graphs'
+        semantics, for tests on Warp's CPU device)."""
+        if self.device.type == "cuda":
+            raise ValueError("emulated graphs are for devices without CUDA graphs")
+        self.use_graphs = True
 
     # ------------------------------------------------------------ the segments' device work
     def _first_substep(self) -> None:
@@ -287,7 +326,7 @@ class SegmentedStep:
         self.env.scene.update(dt=self.env.physics_dt)
         self.env.metrics_manager.compute_substep()
 
-    def _end_of_step(self) -> None:
+    def _end_of_step(self) -> tuple[torch.Tensor, ...]:
         env = self.env
         self._after_physics()
         env.episode_length_buf += 1
@@ -296,38 +335,34 @@ class SegmentedStep:
         env.reset_time_outs = env.termination_manager.time_outs
         env.reward_buf = env.reward_manager.compute(dt=env.step_dt)
         env.metrics_manager.compute()
-        self._outputs = (env.reset_buf, env.reset_terminated, env.reset_time_outs, env.reward_buf)
+        return env.reset_buf, env.reset_terminated, env.reset_time_outs, env.reward_buf
 
-    def _observations(self) -> None:
-        self._obs = self.env.observation_manager.compute(update_history=True)
+    def _observations(self) -> dict[str, torch.Tensor]:
+        return self.env.observation_manager.compute(update_history=True)
 
-    def _terminal_obs(self) -> None:
+    def _terminal_obs(self) -> torch.Tensor:
         manager = self.env.observation_manager
-        self._terminal_out = manager.compute_group(self.terminal_group, update_history=False)
+        return manager.compute_group(self.terminal_group, update_history=False)
 
     # ------------------------------------------------------------------------ the step
     def step(self, action: torch.Tensor) -> tuple[Any, ...]:
-        """One step. With graphs on, the first call is an eager step followed by the capture
-        (which changes no world), and later calls replay."""
-        if self._stream is None:
+        """One step; with graphs on, each segment runs eagerly the first time, is captured
+        the second (a capture changes no world, then the graph replays) and replays after."""
+        if self.stream is None:
             return self._step(action)
         caller = torch.cuda.current_stream(self.device)
-        self._stream.wait_stream(caller)  # the action was written on the caller's stream
-        with torch.cuda.stream(self._stream):  # type: ignore[arg-type]
-            if self.use_graphs and not self.captured:
-                with device_list_indices(self._index_cache, self.device):  # warm-up, then capture
-                    out = self._step(action)
-                    self._capture()
-            else:
-                out = self._step(action)
-        caller.wait_stream(self._stream)  # the caller reads what the step wrote
+        self.stream.wait_stream(caller)  # the action was written on the caller's stream
+        with torch.cuda.stream(self.stream):  # type: ignore[arg-type]
+            out = self._step(action)
+        caller.wait_stream(self.stream)  # the caller reads what the step wrote
         return out
 
     def _step(self, action: torch.Tensor) -> tuple[Any, ...]:
         """mjlab 1.6's ``ManagerBasedRlEnv.step`` with ``auto_reset=True``, line for line."""
         env = self.env
         t = self._clock(0.0, "")
-        env.extras["log"] = dict()
+        self._log.clear()
+        env.extras["log"] = self._log
         self._action.copy_(action)
         self._rebind()
         segments = iter(self.segments)
@@ -337,8 +372,10 @@ class SegmentedStep:
             env.sim.step()
             if k == self.decimation - 1:
                 env.common_step_counter += 1  # before terminations and rewards, as mjlab
-            next(segments)()
-        env.reset_buf, env.reset_terminated, env.reset_time_outs, env.reward_buf = self._outputs
+                outputs = next(segments)()
+            else:
+                next(segments)()
+        env.reset_buf, env.reset_terminated, env.reset_time_outs, env.reward_buf = outputs
         t = self._clock(t, "physics and rewards")
         if "step" in env.event_manager.available_modes:
             env.event_manager.apply(mode="step", dt=env.step_dt)
@@ -370,9 +407,9 @@ class SegmentedStep:
         env.sim.sense()
         t = self._clock(t, "sense")
         self._rebind()
-        self.observe()
-        env.obs_buf = self._obs
-        env.observation_manager._obs_buffer = self._obs
+        obs = self.observe()
+        env.obs_buf = obs
+        env.observation_manager._obs_buffer = obs
         t = self._clock(t, "observations")
         if resets:
             env.recorder_manager.record_post_reset(reset_env_ids)
@@ -395,15 +432,13 @@ class SegmentedStep:
         env.sim.forward()
         env.sim.sense()
         self._rebind()
-        if self.terminal.graph is not None:
-            self.terminal()
-        elif self.terminal.graphable:  # graphs on or off, the same numbers
-            self._terminal_obs()
+        if self.terminal.graphable:  # graphs on or off, the same numbers
+            out = self.terminal()
         else:
             devices = [self.device.index or 0] if self.device.type == "cuda" else []
             with torch.random.fork_rng(devices=devices):
-                self._terminal_obs()
-        return self._terminal_out.clone()
+                out = self._terminal_obs()
+        return out.clone()
 
     def _clock(self, since: float, phase: str) -> float:
         """With ``timings`` set: add the host time since ``since`` to ``phase``; returns now."""
@@ -414,46 +449,20 @@ class SegmentedStep:
             self.timings[phase] = self.timings.get(phase, 0.0) + now - since
         return now
 
-    # ------------------------------------------------------------------------ capture
-    def _capture(self) -> None:
-        """Capture every graphable segment in the order a step runs them, right after an
-        eager step (lazy state made, kernels loaded). Capturing records the work, it does not
-        run it: no world changes. What the eager step left in ``env`` is put back."""
-        env = self.env
-        kept = {name: getattr(env, name) for name in _STEP_OUTPUTS}
-        kept_obs = env.observation_manager._obs_buffer
-        if self.terminal.graphable:
-            self._terminal_obs()  # its warm-up (an observation only, nothing advanced)
-        torch.cuda.synchronize(self.device)
-        for segment in self._every:
-            if segment in (self.observe, self.terminal):
-                # A step senses before these (eagerly, between the graphs): so does the
-                # capture, or a sensor's Python-side cache would hold the rewards' reading.
-                env.sim.sense()
-            if segment.graphable:
-                segment.capture(self._stream)
-        torch.cuda.synchronize(self.device)
-        self._bindings = TensorBindings(env, self.device)
-        for name, value in kept.items():
-            setattr(env, name, value)
-        env.observation_manager._obs_buffer = kept_obs
-        self.captured = True
-        log.info("mjlab step: CUDA graphs %s; eager %s", *self.describe().values())
-
     def _rebind(self) -> None:
         """Before a graph replays: what eager code rebound goes back into the tensors the
         graphs hold; where that cannot be (another shape), every segment runs eagerly from
         here on (the eager step is mjlab's own, exactly)."""
-        if self._bindings is None or self._bindings.restore():
+        if not self.captured or self.bindings.restore():
             return
+        self.use_graphs = False
         for segment in self._every:
-            segment.graph = None
+            segment.variants.clear()
         log.warning(
             "mjlab step: CUDA graphs off from here on, eager code rebinds %s with another "
             "shape than the graphs captured",
-            ", ".join(sorted(set(self._bindings.mismatched))),
+            ", ".join(sorted(set(self.bindings.mismatched))),
         )
-        self._bindings = None
 
     def describe_plan(self) -> dict[str, Any]:
         """Which segments become graphs at the capture, and why the others stay eager."""
@@ -471,6 +480,8 @@ class SegmentedStep:
     def describe(self) -> dict[str, Any]:
         every = self._every
         return {
-            "graphs": [s.name for s in every if s.graph is not None],
-            "eager": [s.name for s in every if s.graph is None],
+            "graphs": [s.name for s in every if s.captured],
+            "eager": [s.name for s in every if not s.captured],
+            "captures": {s.name: sum(v is not None for v in s.variants.values()) for s in every},
+            "refused": {s.name: s.refused for s in every if s.refused},
         }

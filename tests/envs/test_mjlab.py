@@ -69,11 +69,13 @@ def test_the_adapters_step_is_mjlabs_step(device):
     ours.reset()
     got = [ours.step(a) for a in actions]
     ours.close()
-    want = _mjlab_rollout(device, actions)
+    _assert_mjlabs_steps(got, _mjlab_rollout(device, actions), exact=device == "cpu")
+
+
+def _assert_mjlabs_steps(got: list, want: list, exact: bool) -> None:
     # Warp's CPU kernels are deterministic: bit for bit. On CUDA mjlab is not bit-reproducible
     # even against itself (seen on the H200: rewards 1e-8 apart from the second step), so the
     # first episode is held within 2e-3 (a contact force differed by 7.7e-4, 4.7e-4 relative).
-    exact = device == "cpu"
     ended = 0
     for t, (step, (obs, reward, terminated, truncated)) in enumerate(zip(got, want, strict=True)):
         assert torch.equal(step.terminated.cpu(), terminated), t
@@ -87,7 +89,41 @@ def test_the_adapters_step_is_mjlabs_step(device):
         done = (step.terminated | step.truncated).cpu()
         ended += int(done.sum())
         assert torch.equal(step.final_obs.cpu()[~done], step.obs.cpu()[~done])
-    assert ended >= 3 * N  # the time-outs at steps 5, 10 and 15 were all compared
+    assert ended >= 3 * len(got[0].reward)  # the time-outs at steps 5, 10 and 15 were compared
+
+
+@pytest.mark.parametrize("task", [GO1, "Mjlab-Velocity-Flat-Unitree-G1"])
+def test_the_graphs_semantics_keep_mjlabs_step(task):
+    """The segments captured and replayed with the CUDA graphs' semantics (``EmulatedGraph``
+    on the CPU: the recorded ops replayed on the recorded tensors, the Python around them not
+    rerun): mjlab's rewards, flags and observations bit for bit through three rounds of resets,
+    the terminal observations and the task's logged metrics those of the eager step, every
+    segment a graph (mutations: without the chained-state copy-back the swing-height reward
+    departs at the third step; without the Python effects made again after a replay, or with
+    one capture for every sensor-cache state, the observations depart)."""
+    actions = None
+    runs = {}
+    for graphs in (False, True):
+        ours = MjlabVecEnv(task, N, "cpu", EnvOptions(seed=3, max_episode_steps=EPISODE))
+        actions = actions or _actions(3 * EPISODE + 2, ours.action_space.shape[0])
+        if graphs:
+            ours._stepper.emulate_graphs()
+        ours.reset()
+        logs = []
+        steps = []
+        for a in actions:
+            steps.append(ours.step(a))
+            logs.append(sorted(ours.env.extras["log"]))
+        runs[graphs] = (steps, logs, ours.graph_report())
+        ours.close()
+    (eager, eager_logs, _), (graphed, graphed_logs, report) = runs[False], runs[True]
+    assert report["eager"] == [] and report["refused"] == {}, report
+    assert report["captures"]["observations"] == 2  # one after resets, one without
+    _assert_mjlabs_steps(graphed, _mjlab_rollout("cpu", actions, task), exact=True)
+    for t, (a, b) in enumerate(zip(eager, graphed, strict=True)):
+        assert torch.equal(a.final_obs, b.final_obs), t
+    assert graphed_logs == eager_logs
+    assert any(k.startswith("Metrics/") for k in graphed_logs[3])
 
 
 @pytest.mark.gpu
@@ -262,11 +298,13 @@ def test_mjlab_ids_go_to_the_mjlab_backend_and_the_preset_is_the_tasks_rl_cfg():
     assert preset["ppo.vf_coef"] == 2 * rl.algorithm.value_loss_coef  # rsl_rl's MSE has no 1/2
     assert preset["env.random_episode_start"] is True  # mjlab's train: init_at_random_ep_len
     assert preset["ppo.timeout_bootstrap"] == "value"  # rsl_rl's, as mjlab's runner
+    assert preset["ppo.rsl_rl"] is True  # rsl_rl's init, std, clipping, Adam
+    assert rl.actor.distribution_cfg["std_type"] == "scalar"  # what ppo.rsl_rl learns
 
 
 def test_the_plants_warm_up_changes_nothing_of_the_run():
-    """``orin-rl run``'s mjlab plant steps once before the first tick (kernel loads, the
-    graphs' capture), then starts from the seeded reset: the first observation and the first
+    """``orin-rl run``'s mjlab plant steps before the first tick (kernel loads, the graphs'
+    captures), then starts from the seeded reset: the first observation and the first
     step are those of a world that never warmed up."""
     from mjlab.utils.random import seed_rng
 
@@ -286,6 +324,20 @@ def test_the_plants_warm_up_changes_nothing_of_the_run():
     assert driver.returns == [] and driver.falls == 0
     cold.close()
     driver.env.close()
+
+
+def test_the_warm_up_captures_every_segment_with_and_without_resets():
+    """``warm_up`` (the deploy plant's, before the first tick) leaves nothing to capture in
+    the loop: every segment a graph, the observations once for a step with resets and once
+    for one without (emulated graphs on the CPU)."""
+    ours = MjlabVecEnv(GO1, 1, "cpu", EnvOptions(seed=3, evaluation=True))
+    ours._stepper.emulate_graphs()
+    ours.reset()
+    ours.warm_up()
+    report = ours.graph_report()
+    ours.close()
+    assert report["eager"] == [] and report["refused"] == {}, report
+    assert report["captures"]["observations"] == 2 and report["captures"]["terminal"] == 1
 
 
 def test_train_export_eval_through_the_cli(tmp_path):

@@ -1,0 +1,131 @@
+"""A captured graph's semantics (``graph_emulation``) and the Python a replay must redo
+(``graph_state``), on small objects whose right answers are known."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from orin_rl.envs.graph_emulation import CaptureError, EmulatedGraph
+from orin_rl.envs.graph_state import Effects, bindings, sync_cache
+
+
+class Term:
+    """A task object (its module is not a library's): walked by ``bindings``."""
+
+    def __init__(self):
+        self.state = torch.zeros(3)
+        self.flag = False
+        self.count = 0
+        self.log: dict[str, torch.Tensor] = {}
+        self.items: list[int] = []
+
+    def step(self, x: torch.Tensor) -> torch.Tensor:
+        self.state = torch.where(x > 0, self.state + x, self.state)  # rebinds, as mjlab's terms
+        self.flag = True
+        self.log["mean"] = self.state.mean()
+        return self.state * 2
+
+
+def _captured(term: Term, x: torch.Tensor) -> tuple[EmulatedGraph, Effects, torch.Tensor]:
+    graph = EmulatedGraph()
+    before = bindings(term)
+    with graph.recording():
+        out = term.step(x)
+        effects = Effects(before, bindings(term))
+        effects.copy_back()
+    return graph, effects, out
+
+
+def test_a_recording_changes_nothing_and_a_replay_does_the_work_on_the_same_tensors():
+    a, b = torch.zeros(3), torch.ones(3)
+    out = {}
+    graph = EmulatedGraph()
+    with graph.recording():
+        c = a + b
+        a.add_(1)
+        a[1:].mul_(3)  # a view's write reaches its base
+        out["x"] = c * 2
+    assert torch.equal(a, torch.zeros(3))  # undone, as a capture never runs
+    graph.replay()
+    assert torch.equal(a, torch.tensor([1.0, 3.0, 3.0])) and torch.equal(c, torch.ones(3))
+    graph.replay()  # each replay reads what the last one left
+    assert torch.equal(a, torch.tensor([2.0, 12.0, 12.0]))
+    assert torch.equal(out["x"], torch.tensor([4.0, 8.0, 8.0]))
+
+
+def test_a_host_read_cannot_be_recorded_and_the_generator_is_left_as_it_was():
+    x = torch.ones(2)
+    with pytest.raises(CaptureError, match="host"), EmulatedGraph().recording():
+        bool(x.sum() > 0)
+    with pytest.raises(CaptureError, match="host"), EmulatedGraph().recording():
+        x.nonzero()
+    state = torch.get_rng_state()
+    graph = EmulatedGraph()
+    with graph.recording():
+        noise = torch.randn(4)
+    assert torch.equal(torch.get_rng_state(), state)
+    graph.replay()  # draws from the generator at the replay, as eager code would
+    assert torch.equal(noise, torch.randn(4, generator=torch.Generator().set_state(state)))
+    assert not torch.equal(torch.get_rng_state(), state)
+
+
+def test_chained_state_is_copied_back_and_python_effects_are_made_again():
+    """A term rebinding its state at every call: the capture copies the new value into the old
+    tensor (bound again), so replays accumulate; the flag and the log entry come back after a
+    replay. Without the copy-back the state would stay at the capture's input."""
+    term = Term()
+    x = torch.tensor([1.0, -1.0, 2.0])
+    held = term.state
+    graph, effects, out = _captured(term, x)
+    assert term.state is held and [k for _, k, *_ in effects.chained] == ["state"]
+    assert not effects.refused
+    for n in (1, 2, 3):
+        term.flag = False  # eager code between graphs
+        term.log.clear()
+        graph.replay()
+        effects.apply()
+        assert torch.equal(held, n * torch.tensor([1.0, 0.0, 2.0]))
+        assert torch.equal(out, 2 * held) and term.flag and "mean" in term.log
+
+
+@pytest.mark.parametrize("change", ["counter", "list", "shape", "delete"])
+def test_python_a_replay_cannot_redo_refuses_the_capture_and_is_undone(change):
+    term = Term()
+    term.log["old"] = torch.ones(1)
+    before = bindings(term)
+    state, log = term.state, dict(term.log)
+    if change == "counter":
+        term.count += 1
+    elif change == "list":
+        term.items.append(1)
+    elif change == "shape":
+        term.state = torch.zeros(4)
+    else:
+        del term.log["old"]
+    term.flag = True
+    effects = Effects(before, bindings(term))
+    assert effects.refused
+    effects.undo()
+    assert term.state is state and term.flag is False and term.log.keys() == log.keys()
+    if change == "counter":
+        assert term.count == 0
+
+
+def test_a_cache_filled_eagerly_is_copied_into_the_one_a_graph_reads():
+    class Data:
+        def __init__(self, v):
+            self.force = torch.full((2,), float(v))
+            self.found = None
+
+    class Sensor:
+        _cached_data = Data(1)
+
+    sensor = Sensor()
+    captured = sensor._cached_data
+    sensor._cached_data = Data(7)  # eager code recomputed the cache after a reset
+    assert sync_cache(sensor, captured)
+    assert sensor._cached_data is captured and torch.equal(captured.force, torch.full((2,), 7.0))
+    sensor._cached_data = Data(3)
+    sensor._cached_data.force = torch.zeros(5)  # another shape: cannot stand in
+    assert not sync_cache(sensor, captured)
