@@ -106,6 +106,10 @@ class PPOConfig:
     """Activation of the hidden layers."""
     init_log_std: float = 0.0
     """Initial log standard deviation of the Gaussian head (continuous actions)."""
+    rsl_rl: bool = False
+    """Learn as rsl_rl 5.4 does (mjlab's preset): torch's default layer init, a learned std
+    (not its log), the actor's and the critic's gradients clipped each on its own, Adam eps
+    1e-8."""
     timeout_bootstrap: Literal["final_obs", "value"] = "final_obs"
     """What a time-limited episode bootstraps from: ``final_obs``, V(the state it reached);
     ``value``, V(the observation the step started from), as rsl_rl (mjlab's runner) does: no
@@ -548,8 +552,9 @@ def validate(cfg: Config) -> None:
             )
         if cfg.train.num_agents > 1:
             raise ConfigError("ppo.desired_kl: not supported with train.num_agents > 1")
-    if cfg.train.num_agents > 1 and cfg.ppo.target_kl is not None:
-        raise ConfigError("ppo.target_kl: not supported with train.num_agents > 1; set it to null")
+    for name, value in (("target_kl", cfg.ppo.target_kl), ("rsl_rl", cfg.ppo.rsl_rl or None)):
+        if cfg.train.num_agents > 1 and value is not None:
+            raise ConfigError(f"ppo.{name}: not supported with train.num_agents > 1; unset it")
     if cfg.batch_size % cfg.ppo.num_minibatches:
         raise ConfigError(
             f"ppo.num_minibatches: {cfg.ppo.num_minibatches} does not divide the batch of "

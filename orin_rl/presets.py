@@ -228,6 +228,7 @@ def mjlab_preset(env_id: str) -> dict[str, Any]:
         "ppo.activation": actor.activation,
         "ppo.normalize_obs": bool(actor.obs_normalization or critic.obs_normalization),
         "ppo.init_log_std": math.log(std),
+        "ppo.rsl_rl": True,  # rsl_rl's init, std, gradient clipping and Adam
         "train.total_steps": rl.max_iterations * rl.num_steps_per_env * num_envs,
         "train.seed": rl.seed,
         "train.eval_episodes": 16,

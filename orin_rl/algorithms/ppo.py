@@ -86,7 +86,11 @@ class PPO:
             else cfg.learning_rate
         )
         self.optimizer = torch.optim.Adam(
-            policy.parameters(), lr=lr, eps=1e-5, fused=True, capturable=capturable
+            policy.parameters(),
+            lr=lr,
+            eps=1e-8 if cfg.rsl_rl else 1e-5,
+            fused=True,
+            capturable=capturable,
         )
         # Mixed precision, set up once (nanoGPT): autocast around the forward passes, a
         # gradient scaler that is a no-op unless fp16.
@@ -246,9 +250,16 @@ class PPO:
     """Factor on the minibatch loss (the many-agents form sums its agents' mean losses)."""
 
     def clip_gradients(self) -> None:
-        """Average the gradients over ranks (one all-reduce), then clip their global norm."""
+        """Average the gradients over ranks (one all-reduce), then clip their global norm (with
+        ``rsl_rl``: the critic's, and the rest's, each on its own)."""
         if self.dist.enabled:  # every rank takes the same step
             distributed.average_gradients(self._params, self.dist.world_size)
+        if self.cfg.rsl_rl:
+            critic = {id(p) for p in self.policy.critic.parameters()}
+            actor = [p for p in self._params if id(p) not in critic]
+            nn.utils.clip_grad_norm_(actor, self.cfg.max_grad_norm)
+            nn.utils.clip_grad_norm_(self.policy.critic.parameters(), self.cfg.max_grad_norm)
+            return
         nn.utils.clip_grad_norm_(self.policy.parameters(), self.cfg.max_grad_norm)
 
     def _minibatch_step(self, mb) -> tuple[torch.Tensor, ...]:

@@ -49,6 +49,8 @@ class PolicySpec:
     The deployed policy takes the actor's part only."""
     critic_hidden_sizes: list[int] | None = None
     """Hidden widths of the critic when they differ from the actor's (None: hidden_sizes)."""
+    rsl_rl: bool = False
+    """rsl_rl's network: torch's default layer init and a learned std (``ppo.rsl_rl``)."""
 
     def group_dim(self, role: str) -> int:
         """Input width of the ``actor`` or the ``critic``."""
@@ -89,21 +91,29 @@ class PolicySpec:
 
 
 def mlp(
-    in_dim: int, hidden: list[int], out_dim: int, activation: str, out_gain: float
+    in_dim: int,
+    hidden: list[int],
+    out_dim: int,
+    activation: str,
+    out_gain: float | None,
+    orthogonal: bool = True,
 ) -> nn.Sequential:
-    """MLP with orthogonal init: sqrt(2) gain on hidden layers, ``out_gain`` on the last."""
+    """MLP with orthogonal init: sqrt(2) gain on hidden layers, ``out_gain`` on the last (with
+    ``orthogonal`` off: torch's default init, as rsl_rl keeps it)."""
     layers: list[nn.Module] = []
     last = in_dim
     for width in hidden:
-        layers += [_ortho(nn.Linear(last, width), math.sqrt(2.0)), ACTIVATIONS[activation]()]
+        layers += [_ortho(nn.Linear(last, width), math.sqrt(2.0), orthogonal)]
+        layers.append(ACTIVATIONS[activation]())
         last = width
-    layers.append(_ortho(nn.Linear(last, out_dim), out_gain))
+    layers.append(_ortho(nn.Linear(last, out_dim), out_gain, orthogonal))
     return nn.Sequential(*layers)
 
 
-def _ortho(layer: nn.Linear, gain: float) -> nn.Linear:
-    nn.init.orthogonal_(layer.weight, gain)
-    nn.init.zeros_(layer.bias)
+def _ortho(layer: nn.Linear, gain: float | None, orthogonal: bool = True) -> nn.Linear:
+    if orthogonal:
+        nn.init.orthogonal_(layer.weight, gain)
+        nn.init.zeros_(layer.bias)
     return layer
 
 
@@ -118,12 +128,16 @@ class ActorCritic(nn.Module):
         self.discrete = spec.action_kind == "discrete"
         out_dim = 2 * spec.action_dim if spec.squash else spec.action_dim
         critic_hidden = spec.critic_hidden_sizes or spec.hidden_sizes
-        self.actor = mlp(spec.group_dim("actor"), spec.hidden_sizes, out_dim, spec.activation, 0.01)
-        self.critic = mlp(spec.group_dim("critic"), critic_hidden, 1, spec.activation, 1.0)
+        ortho = not spec.rsl_rl
+        actor_in, critic_in = spec.group_dim("actor"), spec.group_dim("critic")
+        self.actor = mlp(actor_in, spec.hidden_sizes, out_dim, spec.activation, 0.01, ortho)
+        self.critic = mlp(critic_in, critic_hidden, 1, spec.activation, 1.0, ortho)
         groups = spec.obs_groups
         self._actor_part = slice(*groups["actor"]) if groups else slice(None)
         self._critic_part = slice(*groups["critic"]) if groups else slice(None)
-        if not self.discrete:
+        if not self.discrete and spec.rsl_rl:  # rsl_rl's "scalar" std: Adam moves it linearly
+            self.std = nn.Parameter(torch.full((spec.action_dim,), math.exp(spec.init_log_std)))
+        elif not self.discrete:
             self.log_std = nn.Parameter(torch.full((spec.action_dim,), spec.init_log_std))
         self.obs_normalizer = (
             ObsNormalizer(tuple(spec.obs_shape), clip=spec.obs_clip) if spec.normalize_obs else None
@@ -142,6 +156,8 @@ class ActorCritic(nn.Module):
         out = self.actor(obs.flatten(1)[:, self._actor_part]).float()  # fp32 heads (autocast)
         if self.discrete:
             return Categorical(out)
+        if self.spec.rsl_rl:
+            return DiagGaussian(out, self.std.clamp(1e-6, 1e6).log())  # rsl_rl's std_range
         return DiagGaussian(out, self.log_std)
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:

@@ -54,6 +54,7 @@ class OnPolicyRunner(Runner):
             obs_clip=cfg.ppo.obs_clip,
             obs_groups=self.env.obs_groups,
             critic_hidden_sizes=cfg.ppo.critic_hidden_sizes,
+            rsl_rl=cfg.ppo.rsl_rl,
         )
         if self.num_agents > 1 and self.policy_spec.obs_groups is not None:
             raise OrinError(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import ClassVar
 
 import pytest
 import torch
@@ -183,3 +184,56 @@ def test_many_agents_step_gives_each_agent_its_own_ppo_gradient(rng, max_grad_no
             for layer, (w, b) in enumerate(zip(batched.weights, batched.biases, strict=True)):
                 torch.testing.assert_close(w.grad[i].T, single[2 * layer].weight.grad)
                 torch.testing.assert_close(b.grad[i, 0], single[2 * layer].bias.grad)
+
+
+class TestRslRlMode:
+    """``ppo.rsl_rl`` (mjlab's preset): the network and the step as rsl_rl 5.4 makes them."""
+
+    SPEC: ClassVar[dict] = dict(
+        obs_shape=[6], action_kind="continuous", action_dim=2, hidden_sizes=[8, 4],
+        activation="elu", obs_groups={"actor": [0, 4], "critic": [0, 6]},
+        init_log_std=math.log(0.5))  # fmt: skip
+
+    def _ppo(self, rsl_rl: bool) -> PPO:
+        policy = ActorCritic(PolicySpec(**self.SPEC, rsl_rl=rsl_rl))
+        buffer = RolloutBuffer(4, 2, (6,), (2,), torch.float32, "cpu", "host", 1)
+        cfg = PPOConfig(rsl_rl=rsl_rl, max_grad_norm=1.0)
+        return PPO(policy, buffer, cfg, 1, torch.device("cpu"))
+
+    def test_torch_default_init_and_a_learned_std(self):
+        """Layers as ``nn.Linear`` makes them (no orthogonal init, no 0.01 output gain), the
+        std itself learned (not its log), starting at exp(init_log_std)."""
+        torch.manual_seed(0)
+        policy = ActorCritic(PolicySpec(**self.SPEC, rsl_rl=True))
+        torch.manual_seed(0)
+        want = [torch.nn.Linear(i, o) for i, o in ((4, 8), (8, 4), (4, 2), (6, 8), (8, 4), (4, 1))]
+        got = [m for m in [*policy.actor, *policy.critic] if isinstance(m, torch.nn.Linear)]
+        for a, b in zip(got, want, strict=True):
+            assert torch.equal(a.weight, b.weight) and torch.equal(a.bias, b.bias)
+        assert not hasattr(policy, "log_std")
+        dist = policy.distribution(torch.zeros(3, 6))
+        assert torch.allclose(dist.log_std.exp(), torch.full((3, 2), 0.5))
+        assert torch.allclose(policy.std, torch.full((2,), 0.5))
+
+    def test_actor_and_critic_gradients_are_clipped_each_on_its_own(self):
+        """Each to max_grad_norm (a global clip would leave the smaller one far below it);
+        Adam's eps is torch's default, 1e-8."""
+        for rsl_rl in (True, False):
+            ppo = self._ppo(rsl_rl)
+            critic = {id(p) for p in ppo.policy.critic.parameters()}
+            for p in ppo.policy.parameters():
+                p.grad = torch.full_like(p, 10.0 if id(p) in critic else 1.0)
+            ppo.clip_gradients()
+            norms = [
+                torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in group]))
+                for group in (
+                    [p for p in ppo.policy.parameters() if id(p) not in critic],
+                    list(ppo.policy.critic.parameters()),
+                )
+            ]
+            if rsl_rl:
+                assert all(abs(float(n) - 1.0) < 1e-5 for n in norms), norms
+                assert ppo.optimizer.param_groups[0]["eps"] == 1e-8
+            else:
+                assert abs(float(torch.linalg.vector_norm(torch.stack(norms))) - 1.0) < 1e-5
+                assert float(norms[0]) < 0.2
