@@ -34,7 +34,7 @@ else  # deploy: export the run, then 3,000 ticks at 50 Hz on ONNX Runtime, plant
   # the CUDA plant's step as graphs when the graphed step's gpu test passed on this machine
   [ "$(cat /tmp/graph_test_rc 2>/dev/null || echo 1)" = 0 ] && export ORIN_RL_MJLAB_GRAPHS=1
   python3 -m orin_rl.cli -q export "$run" 2>&1 | tail -3
-  for plant in cuda cpu; do
+  for plant in ${PLANTS:-cuda cpu}; do
     timeout 200 python3 -m orin_rl.cli run --model "$run/bundle" --backend onnxruntime --rate 50 \
       --steps 3000 --plant-device $plant --report "$OUT/run_${slug}_$plant.json" 2>&1 | tail -6
   done
