@@ -60,7 +60,17 @@ def _profile(step, actions) -> dict:
         or e.key.startswith("cudaLaunchKernel")
     )
     n = len(actions)
+    cuda = sorted(
+        (e for e in events if e.device_type.name == "CUDA"),
+        key=lambda e: -e.self_device_time_total,
+    )
+    top = [
+        {"kernel": e.key[:90], "calls_per_step": e.count / n,
+         "device_ms_per_step": round(e.self_device_time_total / 1000 / n, 4)}
+        for e in cuda[:15]
+    ]  # fmt: skip
     return {
+        "top_kernels": top,
         "kernels_per_step": kernels / n,
         "host_launch_calls_per_step": launches / n,
         "device_ms_per_step": device_us / 1000 / n,
