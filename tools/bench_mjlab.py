@@ -97,8 +97,8 @@ def bench_task(task: str, args, work: Path) -> dict:
     if args.peer_pythonpath:
         peer_env["PYTHONPATH"] = args.peer_pythonpath
     ours_env = dict(base_env)
-    if not args.ours_eager:  # the mjlab step's graphs are experimental: opted in here
-        ours_env["ORIN_RL_MJLAB_GRAPHS"] = "1"
+    if args.ours_eager:  # the mjlab step eagerly, as mjlab runs it
+        ours_env["ORIN_RL_MJLAB_GRAPHS"] = "0"
     if args.ours_pythonpath:
         ours_env["PYTHONPATH"] = args.ours_pythonpath
     slug = task.split("-")[-1].lower()

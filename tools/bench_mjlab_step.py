@@ -84,7 +84,6 @@ def bench_task(task: str, args) -> dict:
     from orin_rl.envs.base import EnvOptions
     from orin_rl.envs.mjlab import MjlabVecEnv
 
-    os.environ["ORIN_RL_MJLAB_GRAPHS"] = "1"  # the experimental graphed step is measured
     n, steps = args.num_envs, args.steps
     # Episodes start at random steps of the time limit, as in training (rsl_rl's
     # init_at_random_ep_len): every step then has resets, as a training step has.

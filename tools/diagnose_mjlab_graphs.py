@@ -1,7 +1,7 @@
 """Where the graphed mjlab step departs from the eager one: one call's worth of evidence.
 
 Two ``MjlabVecEnv`` of the same task, seed and actions: one steps its segments eagerly, the
-other replays them as CUDA graphs (``ORIN_RL_MJLAB_GRAPHS=1``). After every step it prints the
+other replays them as CUDA graphs (emulated on the CPU: ``graph_emulation``). After every step it prints the
 largest difference of the physics state (qpos, qvel), of each reward term
 (``reward_manager._step_reward``), of each observation term of both groups, and of the
 termination flags, and names the first step and quantity past ``--tol``. Physics that agrees
@@ -9,15 +9,14 @@ while a reward or observation term does not points at that term's inputs (a tens
 Python-side cache the graph does not follow); physics that departs first points at the
 action or decimation segments.
 
-    ORIN_RL_MJLAB_GRAPHS=1 python tools/diagnose_mjlab_graphs.py --task Mjlab-Velocity-Flat-Unitree-Go1
-    python tools/diagnose_mjlab_graphs.py --device cpu --eager-both   # the harness on a CPU
+    python tools/diagnose_mjlab_graphs.py --task Mjlab-Velocity-Flat-Unitree-Go1
+    python tools/diagnose_mjlab_graphs.py --device cpu    # emulated graphs on a CPU
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -85,7 +84,6 @@ def main() -> None:
     from orin_rl.envs.base import EnvOptions
     from orin_rl.envs.mjlab import MjlabVecEnv
 
-    os.environ.setdefault("ORIN_RL_MJLAB_GRAPHS", "1")
     options = EnvOptions(seed=args.seed, max_episode_steps=args.episode_steps)
     # Both worlds draw from torch's global generators: each is built, and each step runs,
     # from the same generator state (the start-up randomisation, noise and resets agree).
@@ -104,7 +102,9 @@ def main() -> None:
             torch.cuda.set_rng_state_all(state[1])
 
     if not args.eager_both:
-        print("graphs:", graphed.use_graphs())
+        if args.device == "cpu":  # the graphs' semantics emulated (graph_emulation)
+            graphed._stepper.emulate_graphs()
+        print("graphs:", graphed.use_graphs() or graphed._stepper.describe_plan())
     g = torch.Generator().manual_seed(0)
     dim = eager.action_space.shape[0]
     actions = [0.5 * torch.randn(args.num_envs, dim, generator=g) for _ in range(args.steps)]

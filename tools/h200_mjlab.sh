@@ -32,7 +32,7 @@ if [ "${3:-bench}" = bench ]; then
   tail -c 1200 "/tmp/work/ours-$slug.log"
 else  # deploy: export the run, then 3,000 ticks at 50 Hz on ONNX Runtime, plant on CUDA and CPU
   # the CUDA plant's step as graphs when the graphed step's gpu test passed on this machine
-  [ "$(cat /tmp/graph_test_rc 2>/dev/null || echo 1)" = 0 ] && export ORIN_RL_MJLAB_GRAPHS=1
+  [ "$(cat /tmp/graph_test_rc 2>/dev/null || echo 1)" = 0 ] || export ORIN_RL_MJLAB_GRAPHS=0
   python3 -m orin_rl.cli -q export "$run" 2>&1 | tail -3
   for plant in ${PLANTS:-cuda cpu}; do
     timeout 200 python3 -m orin_rl.cli run --model "$run/bundle" --backend onnxruntime --rate 50 \

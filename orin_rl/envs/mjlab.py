@@ -266,18 +266,11 @@ class MjlabVecEnv(VecEnv):
         return StepResult(next_obs, reward, terminated, truncated, final_obs)
 
     def use_graphs(self) -> dict[str, Any] | None:
-        """Run the step's device work as CUDA graphs from the next step on (CUDA only): the
-        captured and the eager segments, or None on the CPU and, until the graphed step
-        passes its ``gpu`` test, without ``ORIN_RL_MJLAB_GRAPHS=1`` (README: robot tasks; on
-        the H200 on 2026-12-02 the graphed Go1 step's rewards differed from mjlab's)."""
-        if self.device.type != "cuda":
-            return None
-        if os.environ.get(GRAPHS_ENV) != "1":
-            log.warning(
-                "mjlab step graphs are experimental (their gpu test against mjlab's step "
-                "fails): stepping eagerly; %s=1 captures them anyway",
-                GRAPHS_ENV,
-            )
+        """Run the step's device work as CUDA graphs (CUDA only; each segment captured the
+        second time it runs): the segments that become graphs and those that stay eager, or
+        None on the CPU and with ``ORIN_RL_MJLAB_GRAPHS=0`` (mjlab's eager step throughout).
+        The ``gpu`` test holds the graphed step against mjlab's own (H200, Go1 and G1)."""
+        if self.device.type != "cuda" or os.environ.get(GRAPHS_ENV) == "0":
             return None
         self._stepper.use_graphs = True
         return self._stepper.describe_plan()

@@ -128,11 +128,10 @@ def test_the_graphs_semantics_keep_mjlabs_step(task):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("task", [GO1, "Mjlab-Velocity-Flat-Unitree-G1"])
-def test_the_graphed_step_is_mjlabs_step(task, monkeypatch):
+def test_the_graphed_step_is_mjlabs_step(task):
     """The step's segments captured as CUDA graphs and replayed: against mjlab's own eager
     ``env.step`` from the same seed, the same resets and, within CUDA's run-to-run spread,
     the same rewards and observations (first episode); the segments really ran as graphs."""
-    monkeypatch.setenv("ORIN_RL_MJLAB_GRAPHS", "1")
     n = 64
     ours = MjlabVecEnv(task, n, "cuda", EnvOptions(seed=3, max_episode_steps=EPISODE))
     actions = _actions(3 * EPISODE + 2, ours.action_space.shape[0], n=n)
