@@ -26,10 +26,14 @@ from torch.utils._pytree import tree_flatten
 
 _HOST_READS = {
     torch.ops.aten._local_scalar_dense.default,  # .item(), bool(), int() of a tensor
+    torch.ops.aten.equal.default,  # torch.equal: a host bool
     torch.ops.aten.nonzero.default,  # an output shape that depends on the data
     torch.ops.aten.masked_select.default,
     torch.ops.aten.unique_dim.default,
     torch.ops.aten._unique2.default,
+    torch.ops.aten.unique_consecutive.default,
+    torch.ops.aten.bincount.default,
+    torch.ops.aten.repeat_interleave.Tensor,
 }
 
 
@@ -84,7 +88,7 @@ class _Recorder(TorchDispatchMode):
         return out
 
     def undo(self) -> None:
-        for storage, before in self.saved.values():
+        for storage, before in reversed(self.saved.values()):
             storage.copy_(before)
 
 
@@ -110,7 +114,13 @@ class EmulatedGraph:
             ops.append(("warp", launch, args, kwargs, None))
             return launch(*args, **kwargs)
 
+        def host_read(*args: Any, **kwargs: Any) -> Any:
+            raise CaptureError("a tensor read on the host (tolist/numpy) during a capture")
+
+        tolist, numpy = torch.Tensor.tolist, torch.Tensor.numpy
         wp.launch = recorded_launch
+        torch.Tensor.tolist = host_read  # type: ignore[method-assign]
+        torch.Tensor.numpy = host_read  # type: ignore[method-assign]
         rng = torch.get_rng_state()
         recorder = _Recorder(ops)
         try:
@@ -118,8 +128,9 @@ class EmulatedGraph:
                 yield
         finally:
             wp.launch = launch
-        recorder.undo()  # what the work wrote goes back: a capture changes no tensor
-        torch.set_rng_state(rng)  # nor the generator
+            torch.Tensor.tolist, torch.Tensor.numpy = tolist, numpy  # type: ignore[method-assign]
+            recorder.undo()  # what the work wrote goes back: a capture changes no tensor
+            torch.set_rng_state(rng)  # nor the generator
         self.warp_launches = sum(op[0] == "warp" for op in ops)
 
     def replay(self) -> None:

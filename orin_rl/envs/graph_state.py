@@ -110,6 +110,17 @@ def _name(container: Any, key: Any) -> str:
     return f"{type(container).__name__}.{key}"
 
 
+def _same_scalar(a: Any, b: Any) -> bool:
+    """Python scalars with the same value (0 and False alike, NaN equal to NaN)."""
+    if not (isinstance(a, _SCALARS) and isinstance(b, _SCALARS)):
+        return False
+    if isinstance(a, float) and isinstance(b, float) and a != a and b != b:
+        return True
+    return (type(a) is type(b) and a == b) or (
+        isinstance(a, int | float) and isinstance(b, int | float) and a == b
+    )
+
+
 def _same_layout(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a.shape == b.shape and a.dtype == b.dtype and a.device == b.device
 
@@ -123,6 +134,11 @@ class Effects:
         self.refused: list[str] = []
         self._undo: list[tuple[Any, Any, Any, bool]] = []  # container, key, old value, existed
         containers_before = {id(c) for c, _, _ in before.values()}
+        holders: dict[int, int] = {}
+        for _, key, value in before.values():
+            if isinstance(value, torch.Tensor) and key is not WALKED:
+                holders[id(value)] = holders.get(id(value), 0) + 1
+        self._old_tensors = set(holders)
         containers_after = {id(c) for c, _, _ in after.values()}
         for index, (container, key, value) in after.items():
             if key is WALKED:
@@ -138,16 +154,17 @@ class Effects:
                     self._undo.append((container, key, None, False))
                 continue
             was = old[2]
-            if was is value:
-                continue
-            if isinstance(was, _SCALARS) and type(was) is type(value) and was == value:
+            if was is value or _same_scalar(was, value):
                 continue
             self._undo.append((container, key, was, True))
             if isinstance(was, torch.Tensor) and isinstance(value, torch.Tensor):
-                if _same_layout(was, value):
-                    self.chained.append((container, key, was, value))
-                else:
+                if not _same_layout(was, value):
                     self.refused.append(f"{_name(container, key)} rebound to another shape")
+                elif was._base is not None or holders.get(id(was), 0) > 1:
+                    # copying into it would change what else holds it, which eager code leaves
+                    self.refused.append(f"{_name(container, key)} rebound from a shared tensor")
+                else:
+                    self.chained.append((container, key, was, value))
             elif isinstance(was, int | float) and not isinstance(was, bool):
                 self.refused.append(f"{_name(container, key)} counts in Python ({was} -> {value})")
             else:
@@ -160,7 +177,11 @@ class Effects:
     def copy_back(self) -> None:
         """Inside the capture: each chained state's new value into its old tensor, which is
         bound again (every replay then reads what the previous one wrote)."""
-        for container, key, old, new in self.chained:
+        # A new value may itself be an old tensor another chained state is about to receive
+        # (a shift: prev = cur; cur = cur + 1): copy from clones then.
+        clone = any(id(new) in self._old_tensors for *_, new in self.chained)
+        sources = [new.clone() if clone else new for *_, new in self.chained]
+        for (container, key, old, _), new in zip(self.chained, sources, strict=True):
             old.copy_(new)
             _set(container, key, old)
 

@@ -280,10 +280,12 @@ class MjlabVecEnv(VecEnv):
         two plain steps, then two that end every world at its time limit (the reset path's
         captures). The worlds are left where these steps left them: reset them afterwards."""
         zeros = torch.zeros((self.num_envs, *self.action_space.shape), device=self.device)
+        counters = self.env.common_step_counter, self.env._sim_step_counter  # curricula read
         for timeout in (False, False, True, True):
             if timeout:  # in place: graphs read it
                 self.env.episode_length_buf.fill_(int(self.env.max_episode_length) - 1)
             self.step(zeros)
+        self.env.common_step_counter, self.env._sim_step_counter = counters
 
     def graph_report(self) -> dict[str, Any]:
         """What ran as CUDA graphs (after the capture) and what stayed eager."""

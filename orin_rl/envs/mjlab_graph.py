@@ -68,6 +68,28 @@ def _observations_have_buffers(env: Any) -> bool:
     )
 
 
+def _scalar_settings(env: Any) -> tuple:
+    """Every reward's, termination's and observation term's weight and scalar parameters:
+    constants to a captured graph, changed by curricula between steps."""
+    out: list = []
+    managers = [getattr(env, "reward_manager", None), getattr(env, "termination_manager", None)]
+    cfgs = [c for m in managers if m is not None for c in getattr(m, "_term_cfgs", [])]
+    obs = getattr(env, "observation_manager", None)
+    for group in getattr(obs, "_group_obs_term_cfgs", {}).values():
+        cfgs += group
+    for cfg in cfgs:
+        params = getattr(cfg, "params", None) or {}
+        scalars = tuple((k, v) for k, v in params.items() if _is_scalar(v))
+        out.append((id(cfg), getattr(cfg, "weight", None), scalars))
+    return tuple(out)
+
+
+def _is_scalar(v: Any) -> bool:
+    if isinstance(v, tuple | list):
+        return all(_is_scalar(x) for x in v)
+    return isinstance(v, bool | int | float | str)
+
+
 def group_has_noise(env: Any, group: str) -> bool:
     """Observation noise draws from torch's generator (a graph would advance it)."""
     return any(cfg.noise is not None for cfg in env.observation_manager._group_obs_term_cfgs[group])
@@ -123,6 +145,8 @@ def device_list_indices(cache: dict[tuple, torch.Tensor], device: torch.device):
 
 
 _UNSEEN = object()
+MAX_VARIANTS = 8
+"""Captures a segment may keep (one per Python-side state); past them it runs eagerly."""
 
 
 class _Variant:
@@ -161,6 +185,7 @@ class _Segment:
         self.step = step
         self.variants: dict[tuple, _Variant | None] = {}
         self.refused: list[str] = []
+        self.replays = 0
 
     @property
     def captured(self) -> bool:
@@ -169,20 +194,40 @@ class _Segment:
     def __call__(self) -> Any:
         step = self.step
         if not (step.use_graphs and self.graphable) or self.refused:
-            return self.fn()
+            return self._eager()
         key = step.cache_key()
         variant = self.variants.get(key, _UNSEEN)
         if variant is _UNSEEN:
+            if len(self.variants) >= MAX_VARIANTS:
+                self._refuse([f"more than {MAX_VARIANTS} Python-side states to capture"])
+                return self._eager()
             self.variants[key] = None
             with step.list_indices():
-                return self.fn()
+                return self._eager()
+        step.restore_if_dirty()  # an eager run may have rebound what this graph reads
         if variant is None:
             variant = self._capture()
             if variant is None:
-                return self.fn()
+                return self._eager()
             self.variants[key] = variant
         ok, result = variant.replay()
-        return result if ok else self.fn()
+        if not ok:
+            return self._eager()
+        self.replays += 1
+        return result
+
+    def _eager(self) -> Any:
+        """The segment's work as mjlab's code does it; graphs replayed later restore first."""
+        self.step.dirty = True
+        return self.fn()
+
+    def _refuse(self, why: list[str]) -> None:
+        self.refused = why
+        log.warning(
+            "mjlab step: segment %r stays eager, its Python cannot be replayed: %s",
+            self.name,
+            "; ".join(why[:5]),
+        )
 
     def _capture(self) -> _Variant | None:
         """Record the work (a CUDA graph, or its emulation off CUDA) and what its Python
@@ -199,23 +244,26 @@ class _Segment:
             context = torch.cuda.graph(graph, stream=step.stream)
         enabled = gc.isenabled()
         gc.disable()  # no finaliser (a Warp graph's, an array's free) recorded into the graph
+        effects: Effects | None = None
         try:
             with step.list_indices(), context:
                 result = self.fn()
                 effects = Effects(before, bindings(step.env))
                 if not effects.refused:
                     effects.copy_back()
+        except Exception as exc:  # work a capture cannot record (a host read, a host copy)
+            if effects is None:
+                effects = Effects(before, bindings(step.env))
+            effects.undo()
+            step.sync()
+            self._refuse([f"the capture failed: {type(exc).__name__}: {str(exc)[:200]}"])
+            return None
         finally:
             if enabled:
                 gc.enable()
         if effects.refused:
             effects.undo()
-            self.refused = effects.refused
-            log.warning(
-                "mjlab step: segment %r stays eager, its Python cannot be replayed: %s",
-                self.name,
-                "; ".join(effects.refused[:5]),
-            )
+            self._refuse(effects.refused)
             return None
         step.sync()
         step.bindings.add(before)
@@ -264,6 +312,10 @@ class SegmentedStep:
         )
         self.use_graphs = use_graphs and self.device.type == "cuda"
         self.bindings = TensorBindings(device=self.device)
+        self.dirty = False
+        """An eager segment ran since the last restore (it may have rebound what graphs read)."""
+        self._terms = _scalar_settings(env)
+        self._settings_version = 0
         self._index_cache: dict[tuple, torch.Tensor] = {}
         self.terminal_needed = True
         """Take the terminal observation of worlds that time out (the learner reads it)."""
@@ -289,9 +341,23 @@ class SegmentedStep:
     def captured(self) -> bool:
         return any(s.captured for s in self._every)
 
-    def cache_key(self) -> tuple[bool, ...]:
-        """The state of the sensors' Python-side caches (what a segment's Python branches on)."""
-        return tuple(bool(s._cache_valid) for s in self.sensors)
+    def cache_key(self) -> tuple:
+        """What a segment's Python branches on: the state of the sensors' Python-side caches,
+        and the version of the terms' settings (a curriculum changing a reward's weight)."""
+        return (self._settings_version, *(bool(s._cache_valid) for s in self.sensors))
+
+    def restore_if_dirty(self) -> None:
+        if self.dirty:
+            self._rebind()
+
+    def _check_settings(self) -> None:
+        """A term's weight or scalar parameter that eager code (a curriculum at a reset)
+        changed is a constant in the graphs captured before: capture again under it."""
+        now = _scalar_settings(self.env)
+        if now != self._terms:
+            self._terms = now
+            self._settings_version += 1
+            log.info("mjlab step: a term's settings changed; its segments are captured again")
 
     def list_indices(self) -> contextlib.AbstractContextManager:
         return device_list_indices(self._index_cache, self.device)
@@ -364,6 +430,8 @@ class SegmentedStep:
         self._log.clear()
         env.extras["log"] = self._log
         self._action.copy_(action)
+        if self.use_graphs:
+            self._check_settings()
         self._rebind()
         segments = iter(self.segments)
         next(segments)()
@@ -406,6 +474,8 @@ class SegmentedStep:
         t = self._clock(t, "commands")
         env.sim.sense()
         t = self._clock(t, "sense")
+        if self.use_graphs and resets:
+            self._check_settings()  # a curriculum runs at a reset
         self._rebind()
         obs = self.observe()
         env.obs_buf = obs
@@ -453,6 +523,7 @@ class SegmentedStep:
         """Before a graph replays: what eager code rebound goes back into the tensors the
         graphs hold; where that cannot be (another shape), every segment runs eagerly from
         here on (the eager step is mjlab's own, exactly)."""
+        self.dirty = False
         if not self.captured or self.bindings.restore():
             return
         self.use_graphs = False
@@ -483,5 +554,6 @@ class SegmentedStep:
             "graphs": [s.name for s in every if s.captured],
             "eager": [s.name for s in every if not s.captured],
             "captures": {s.name: sum(v is not None for v in s.variants.values()) for s in every},
+            "replays": {s.name: s.replays for s in every},
             "refused": {s.name: s.refused for s in every if s.refused},
         }

@@ -129,3 +129,69 @@ def test_a_cache_filled_eagerly_is_copied_into_the_one_a_graph_reads():
     sensor._cached_data = Data(3)
     sensor._cached_data.force = torch.zeros(5)  # another shape: cannot stand in
     assert not sync_cache(sensor, captured)
+
+
+def test_a_shifted_state_is_copied_from_clones():
+    """``prev = cur; cur = cur + 1``: each new value is copied into its old tensor as it was
+    after the call, not after another copy-back overwrote it."""
+
+    class Shift:
+        def __init__(self):
+            self.cur = torch.ones(2)
+            self.prev = torch.zeros(2)
+
+    obj = Shift()
+    graph = EmulatedGraph()
+    before = bindings(obj)
+    with graph.recording():
+        obj.prev = obj.cur
+        obj.cur = obj.cur + 1
+        Effects(before, bindings(obj)).copy_back()
+    for _ in range(2):
+        graph.replay()
+    assert torch.equal(obj.prev, torch.full((2,), 2.0))  # eager: prev 2, cur 3
+    assert torch.equal(obj.cur, torch.full((2,), 3.0))
+
+
+def test_state_rebound_from_a_shared_or_viewed_tensor_is_refused():
+    class Held:
+        def __init__(self):
+            buffer = torch.zeros(4)
+            self.part = buffer[:2]  # a view: copying into it would write the buffer
+            self.a = self.b = torch.zeros(2)  # held twice
+
+    obj = Held()
+    before = bindings(obj)
+    obj.part = obj.part + 1
+    obj.a = obj.a + 1
+    effects = Effects(before, bindings(obj))
+    assert len(effects.refused) == 2 and not effects.chained
+
+
+def test_equal_scalars_are_no_change():
+    """A NaN rebound to another NaN, 0 to False: the same value, nothing to refuse."""
+
+    class Flags:
+        def __init__(self):
+            self.x = float("nan")
+            self.n = 0
+
+    obj = Flags()
+    before = bindings(obj)
+    obj.x, obj.n = float("nan"), False
+    effects = Effects(before, bindings(obj))
+    assert not effects.refused and not effects.rebind
+
+
+def test_a_failed_recording_leaves_nothing_written_and_host_reads_raise():
+    a = torch.zeros(2)
+    state = torch.get_rng_state()
+    with pytest.raises(CaptureError), EmulatedGraph().recording():
+        a.add_(5)
+        torch.rand(3)
+        a.tolist()  # a host read, as a CUDA capture refuses
+    assert torch.equal(a, torch.zeros(2)) and torch.equal(torch.get_rng_state(), state)
+    for read in (lambda: torch.equal(a, a), lambda: a.numpy()):
+        with pytest.raises(CaptureError), EmulatedGraph().recording():
+            read()
+    assert a.tolist() == [0.0, 0.0]  # restored after the recording

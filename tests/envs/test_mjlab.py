@@ -124,6 +124,64 @@ def test_the_graphs_semantics_keep_mjlabs_step(task):
         assert torch.equal(a.final_obs, b.final_obs), t
     assert graphed_logs == eager_logs
     assert any(k.startswith("Metrics/") for k in graphed_logs[3])
+    # every step after the first ran each segment as a replay (no silent eager fallback)
+    assert all(report["replays"][s] >= len(actions) - 2 for s in report["graphs"][:-1]), report
+
+
+def _twin_rollouts(actions, between) -> tuple[list, list, dict]:
+    """The same Go1 worlds stepped eagerly and with emulated graphs, ``between(env, t)``
+    called on both before step ``t``: (eager steps, graphed steps, graph report)."""
+    runs = []
+    for graphs in (False, True):
+        ours = MjlabVecEnv(GO1, N, "cpu", EnvOptions(seed=3, max_episode_steps=EPISODE))
+        if graphs:
+            ours._stepper.emulate_graphs()
+        ours.reset()
+        steps = []
+        for t, a in enumerate(actions):
+            between(ours, t)
+            steps.append(ours.step(a))
+        runs.append((steps, ours.graph_report()))
+        ours.close()
+    return runs[0][0], runs[1][0], runs[1][1]
+
+
+@pytest.mark.parametrize("change", ["curriculum", "eager action", "host read"])
+def test_graphs_follow_what_eager_code_changes_between_replays(change):
+    """A curriculum tripling a reward's weight after the capture (a constant in the captured
+    graph: the segment is captured again under the new settings), an action segment that
+    turns eager after the capture (it rebinds the processed actions the substep graphs read:
+    they are restored before the next replay), a task term reading a device value on the host
+    (its capture fails: the segment stays eager, the capture's Python undone): the graphed
+    step stays the eager one, bit for bit (mutations: no settings check; no restore after an
+    eager segment; no undo of a failed capture)."""
+    actions = _actions(2 * EPISODE + 2, 12)
+
+    def between(ours, t):
+        if change == "host read" and t == 0:
+            metrics, env = ours.env.metrics_manager.compute, ours.env
+
+            def reading():  # as a term that logs a Python float would
+                env.extras["log"]["Metrics/host_read"] = float(env.reward_buf.sum())
+                metrics()
+
+            ours.env.metrics_manager.compute = reading
+        if t != 3:
+            return
+        if change == "curriculum":
+            cfg = next(c for c in ours.env.reward_manager._term_cfgs if c.weight > 0)
+            cfg.weight *= 3.0
+        elif ours._stepper.use_graphs:
+            ours._stepper.segments[0].refused = ["made eager by the test"]
+
+    eager, graphed, report = _twin_rollouts(actions, between)
+    for t, (a, b) in enumerate(zip(eager, graphed, strict=True)):
+        assert torch.equal(a.reward, b.reward), t
+        assert torch.equal(a.obs, b.obs), t
+    if change == "curriculum":
+        assert report["captures"]["rewards"] == 2, report
+    if change == "host read":
+        assert "capture failed" in report["refused"]["rewards"][0], report
 
 
 @pytest.mark.gpu
