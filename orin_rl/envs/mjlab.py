@@ -408,6 +408,9 @@ class MjlabDriver:
         obs, _ = self.env.reset(seed=seed)
         self.obs = obs[None]
         self.returns: list[float] = []
+        self.episode_ends: list[int] = []
+        """Ticks (0-based) whose step ended an episode (the world's reset ran in them)."""
+        self._ticks = 0
         self.falls = 0
         self._ret = 0.0
         self._errors: list[float] = []
@@ -420,7 +423,9 @@ class MjlabDriver:
         """Step the world with ``action`` (1, action_dim)."""
         obs, reward, terminated, truncated, info = self.env.step(action[0])
         self._ret += reward
+        self._ticks += 1
         if terminated or truncated:
+            self.episode_ends.append(self._ticks - 1)
             self.returns.append(self._ret)
             self._ret = 0.0
             self.falls += int(terminated and not truncated)
@@ -432,7 +437,11 @@ class MjlabDriver:
     def report(self) -> dict[str, Any]:
         """Falls and the tracking error of the finished episodes (what ``orin-rl run`` adds)."""
         error = float(np.mean(self._errors)) if self._errors else None
-        return {"falls": self.falls, "tracking_error_vel_xy": error}
+        return {
+            "falls": self.falls,
+            "tracking_error_vel_xy": error,
+            "episode_end_ticks": self.episode_ends,
+        }
 
 
 def make_vec_env(

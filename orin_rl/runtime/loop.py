@@ -66,6 +66,8 @@ class LoopResult:
     """What was applied (or why not): affinity, scheduler, memory."""
     latency_ns: np.ndarray | None = None
     """Raw per-iteration latencies."""
+    missed: list[int] = field(default_factory=list)
+    """Indices of the iterations that missed their deadline (the first 100)."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready (without the raw samples)."""
@@ -74,11 +76,21 @@ class LoopResult:
             "latency_us": self.latency_us,
             "jitter_us": self.jitter_us,
             "deadline_misses": self.deadline_misses,
+            "deadline_missed_iterations": self.missed,
+            "slowest_iterations": self.slowest(),
             "overruns": self.overruns,
             "safe_actions": self.safe_actions,
             "rt_settings": self.rt_settings,
             "latency_drift": self.drift(),
         }
+
+    def slowest(self, k: int = 5) -> list[list[float]]:
+        """[iteration, latency µs] of the ``k`` slowest iterations, slowest first (which tick
+        a spike came at: an env's reset, a collection, ...)."""
+        if self.latency_ns is None or not len(self.latency_ns):
+            return []
+        top = np.argsort(self.latency_ns)[::-1][:k]
+        return [[int(i), float(self.latency_ns[i]) / 1e3] for i in top]
 
     def drift(self) -> dict[str, float] | None:
         """p50 latency of the last 10% of iterations against the first 10% (late-run drift)."""
@@ -216,6 +228,7 @@ class ControlLoop:
         rec = LatencyRecorder(cfg.iterations)
         period = self.period_ns
         misses = overruns = safe = 0
+        missed: list[int] = []
         gc_was_enabled = gc.isenabled()
         if cfg.disable_gc:
             gc.collect()
@@ -241,6 +254,8 @@ class ControlLoop:
                 end = self.clock()
                 latency = end - start
                 if period and latency > period:
+                    if misses < 100:
+                        missed.append(rec.count)
                     misses += 1
                 rec.record(latency, start - previous)
                 previous = start
@@ -264,4 +279,5 @@ class ControlLoop:
             safe_actions=safe,
             rt_settings=rt,
             latency_ns=rec.latency_ns[:n].copy(),
+            missed=missed,
         )

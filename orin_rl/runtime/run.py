@@ -35,6 +35,9 @@ class EnvDriver:
         obs, _ = self.env.reset(seed=self.seed)
         self.obs = np.asarray(obs, dtype=np.float32)[None]
         self.returns: list[float] = []
+        self.episode_ends: list[int] = []
+        """Ticks (0-based) whose step ended an episode (the env's reset ran in them)."""
+        self._ticks = 0
         self._ret = 0.0
         self._discrete = isinstance(self.env.action_space, gym.spaces.Discrete)
 
@@ -46,15 +49,18 @@ class EnvDriver:
         a = int(a) if self._discrete else np.asarray(a, dtype=np.float32)
         obs, reward, term, trunc, _ = self.env.step(a)
         self._ret += float(reward)
+        self._ticks += 1
         if term or trunc:
+            self.episode_ends.append(self._ticks - 1)
             self.returns.append(self._ret)
             self._ret = 0.0
             obs, _ = self.env.reset()
         self.obs[0] = obs
 
     def report(self) -> dict[str, Any]:
-        """What the plant adds to the run's report (a gymnasium env: its returns only)."""
-        return {}
+        """What the plant adds to the run's report: the ticks that ended an episode (a
+        latency spike there is the env's reset)."""
+        return {"episode_end_ticks": self.episode_ends}
 
 
 def make_driver(

@@ -51,6 +51,9 @@ def test_misses_overruns_and_safe_action_on_a_fake_clock():
     assert result.overruns == 1
     assert result.latency_us["max"] == pytest.approx(2500, abs=1)
     assert result.iterations == 6
+    assert result.missed == [1, 3]  # which ticks missed, for the report
+    assert [i for i, _ in result.slowest(2)] == [1, 3]
+    assert result.slowest(1)[0][1] == pytest.approx(2500, abs=1)
 
 
 def test_period_is_kept_when_inference_is_fast():
@@ -126,6 +129,11 @@ def test_run_without_torch(run_with_bundle, tmp_path, torch_installed):
     for key in ("p50", "p90", "p99", "p999", "max", "mean"):
         assert data["latency_us"][key] > 0
     assert {"deadline_misses", "episode_returns", "non_finite_events"} <= set(data)
+    assert len(data["episode_end_ticks"]) == len(data["episode_returns"]) > 0
+    assert all(0 <= t < 300 for t in data["episode_end_ticks"])
+    slowest = [us for _, us in data["slowest_iterations"]]
+    assert len(slowest) == 5 and slowest == sorted(slowest, reverse=True)
+    assert slowest[0] == pytest.approx(data["latency_us"]["max"])
 
 
 @pytest.mark.parametrize("model", ["missing-dir", "garbage"])
