@@ -144,7 +144,3 @@ class EmulatedGraph:
             for dst, src in zip(tree_flatten(out)[0], tree_flatten(new)[0], strict=True):
                 if isinstance(dst, torch.Tensor):
                     dst.copy_(src)
-
-    @property
-    def num_ops(self) -> int:
-        return len(self.ops)

@@ -400,7 +400,7 @@ class MjlabDriver:
     ):
         self.env = MjlabGymEnv(env_id, env_config, device)
         if torch.device(device).type == "cuda":
-            self.env.vec.use_graphs()  # a launch-bound world of one (once graphs are right)
+            self.env.vec.use_graphs()  # a world of one is launch-bound: its step as graphs
         # Warm-up outside the loop's ticks (kernel loads, the graphs' captures, with and
         # without a reset), then the seeded reset starts the world exactly where it would have.
         self.env.reset(seed=seed)

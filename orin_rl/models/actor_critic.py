@@ -95,25 +95,24 @@ def mlp(
     hidden: list[int],
     out_dim: int,
     activation: str,
-    out_gain: float | None,
+    out_gain: float,
     orthogonal: bool = True,
 ) -> nn.Sequential:
     """MLP with orthogonal init: sqrt(2) gain on hidden layers, ``out_gain`` on the last (with
     ``orthogonal`` off: torch's default init, as rsl_rl keeps it)."""
+    init = _ortho if orthogonal else (lambda layer, gain: layer)
     layers: list[nn.Module] = []
     last = in_dim
     for width in hidden:
-        layers += [_ortho(nn.Linear(last, width), math.sqrt(2.0), orthogonal)]
-        layers.append(ACTIVATIONS[activation]())
+        layers += [init(nn.Linear(last, width), math.sqrt(2.0)), ACTIVATIONS[activation]()]
         last = width
-    layers.append(_ortho(nn.Linear(last, out_dim), out_gain, orthogonal))
+    layers.append(init(nn.Linear(last, out_dim), out_gain))
     return nn.Sequential(*layers)
 
 
-def _ortho(layer: nn.Linear, gain: float | None, orthogonal: bool = True) -> nn.Linear:
-    if orthogonal:
-        nn.init.orthogonal_(layer.weight, gain)
-        nn.init.zeros_(layer.bias)
+def _ortho(layer: nn.Linear, gain: float) -> nn.Linear:
+    nn.init.orthogonal_(layer.weight, gain)
+    nn.init.zeros_(layer.bias)
     return layer
 
 

@@ -126,6 +126,9 @@ def test_the_graphs_semantics_keep_mjlabs_step(task):
     assert any(k.startswith("Metrics/") for k in graphed_logs[3])
     # every step after the first ran each segment as a replay (no silent eager fallback)
     assert all(report["replays"][s] >= len(actions) - 2 for s in report["graphs"][:-1]), report
+    # no Warp kernel inside a segment: the emulation could not undo what its recording wrote
+    variants = [v for s in ours._stepper._every for v in s.variants.values() if v is not None]
+    assert variants and all(v.graph.warp_launches == 0 for v in variants)
 
 
 def _twin_rollouts(actions, between) -> tuple[list, list, dict]:
