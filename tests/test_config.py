@@ -53,6 +53,12 @@ def test_bad_overrides_name_the_key(override, message):
         C.apply_overrides(C.Config(), [override])
 
 
+@pytest.mark.parametrize("option", ["ppo.rsl_rl=true", "ppo.target_kl=0.02"])
+def test_single_agent_options_are_refused_with_many_agents(option):
+    with pytest.raises(C.ConfigError, match=f"{option.split('=')[0]}: not supported"):
+        C.apply_overrides(C.Config(), ["train.num_agents=4", option])
+
+
 def test_file_with_unknown_key_names_file_and_key(tmp_path):
     path = tmp_path / "bad.yaml"
     path.write_text("ppo:\n  num_step: 8\n")
