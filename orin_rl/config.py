@@ -35,8 +35,14 @@ class EnvConfig:
     CartPole-v1, Acrobot-v1, Pendulum-v1, MountainCar-v0, MountainCarContinuous-v0, and
     MuJoCo Warp physics for Hopper-v5, HalfCheetah-v5, Walker2d-v5, Ant-v5, Humanoid-v5
     (extra `sim`)."""
-    vectorization: Literal["sync", "async"] = "sync"
-    """gymnasium vectorisation: `sync` steps in this process, `async` in worker processes."""
+    vectorization: Literal["sync", "async", "workers"] = "sync"
+    """gymnasium vectorisation: `sync` steps in this process, `async` in worker processes;
+    `workers`: rollout workers that run PPO's whole rollout themselves with a numpy copy of
+    the policy, writing it into shared memory the learner reads (no message a step;
+    orin_rl/envs/worker_pool.py)."""
+    num_workers: int = 0
+    """Rollout worker processes (`vectorization: workers`); 0: one a CPU core (at most one an
+    env)."""
     max_episode_steps: int | None = None
     """Override the environment's time limit (None keeps gymnasium's)."""
     random_episode_start: bool = False
@@ -487,6 +493,13 @@ def validate(cfg: Config) -> None:
         raise ConfigError(
             f"env.max_episode_steps: must be positive, got {cfg.env.max_episode_steps}"
         )
+    if (
+        cfg.env.vectorization == "workers"
+        and env_backends.for_id(cfg.env.env_id, cfg.env.backend) != "gym"
+    ):
+        raise ConfigError("env.vectorization=workers: gymnasium envs only (env.backend gym)")
+    if cfg.env.num_workers < 0:
+        raise ConfigError(f"env.num_workers must be >= 0, got {cfg.env.num_workers}")
     if cfg.env.random_episode_start and env_backends.for_id(cfg.env.env_id, "gym") != "mjlab":
         raise ConfigError(f"env.random_episode_start: mjlab tasks only, not {cfg.env.env_id}")
     if cfg.env.backend not in env_backends.names():

@@ -59,9 +59,10 @@ def env_only(task: str, num_envs: int, vectorization: str, steps: int, seed: int
 def train(task: str, args, overlap: bool, work: Path) -> dict:
     """One ``orin-rl train`` run; its speed, wall to the threshold and final evaluation."""
     out = work / f"{'overlap' if overlap else 'sync'}-{task}"
+    vectorization = args.overlap_vectorization if overlap else args.vectorization
     cmd = [sys.executable, "-m", "orin_rl.cli", "-q", "train", "--no-progress", "--env", task,
            "--device", args.device, "--num-envs", str(args.num_envs), "--vectorization",
-           args.vectorization, "--total-steps", str(args.total_steps), "--seed", str(args.seed),
+           vectorization, "--total-steps", str(args.total_steps), "--seed", str(args.seed),
            "--out", str(out), "--set", "train.stop_at_threshold=false",
            "--set", f"train.eval_every={args.eval_every}",
            *(["--overlap"] if overlap else [])]  # fmt: skip
@@ -93,7 +94,12 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--tasks", default="Hopper-v5,Humanoid-v5")
     p.add_argument("--num-envs", type=int, default=64)
-    p.add_argument("--vectorization", default="async")
+    p.add_argument("--vectorization", default="async", help="the synchronous run's")
+    p.add_argument(
+        "--overlap-vectorization",
+        default="workers",
+        help="the --overlap run's (workers: rollout workers that act themselves)",
+    )
     p.add_argument("--total-steps", type=int, default=1_000_000)
     p.add_argument("--eval-every", type=int, default=10)
     p.add_argument("--env-only-steps", type=int, default=300)
@@ -127,6 +133,8 @@ def write(rows: list[dict], args) -> None:
         f"{platform.python_version()}"
         + (f", {torch.cuda.get_device_name(0)}" if torch.cuda.is_available() else ""),
         "command": "python tools/bench_overlap.py " + " ".join(sys.argv[1:]),
+        "sync_vectorization": args.vectorization,
+        "overlap_vectorization": args.overlap_vectorization,
         "date": time.strftime("%Y-%m-%d"),
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)

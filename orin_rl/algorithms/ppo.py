@@ -165,10 +165,17 @@ class PPO:
         t.clear()
 
     @torch.inference_mode()
-    def compute_returns(self, last_obs: torch.Tensor) -> None:
-        """GAE advantages and returns for the finished rollout, bootstrapped from ``last_obs``."""
+    def compute_returns(
+        self, last_obs: torch.Tensor | None = None, last_values: torch.Tensor | None = None
+    ) -> None:
+        """GAE advantages and returns for the finished rollout, bootstrapped from ``last_obs``
+        (or from ``last_values``, V(last_obs) as the behaviour policy saw it)."""
+        if last_values is None:
+            if last_obs is None:
+                raise ValueError("compute_returns needs last_obs or last_values")
+            last_values = self.values_of(last_obs)
         self.buffer.compute_returns(
-            self.values_of(last_obs), self.cfg.gamma, self.cfg.gae_lambda, normalize=False
+            last_values, self.cfg.gamma, self.cfg.gae_lambda, normalize=False
         )
         if self.cfg.normalize_advantage:
             self.normalize_advantages()

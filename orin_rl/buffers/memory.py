@@ -152,6 +152,28 @@ _CU_POINTER_ATTRIBUTE_IS_MANAGED = 8
 _libcuda: ctypes.CDLL | None = None
 
 
+def _driver() -> ctypes.CDLL:
+    """libcuda (the CUDA driver API), loaded once."""
+    global _libcuda
+    if _libcuda is None:
+        try:
+            lib = ctypes.CDLL("libcuda.so.1")
+        except OSError as exc:
+            raise PlacementError(f"no CUDA driver (libcuda.so.1): {exc}") from None
+        # CUresult cuPointerGetAttribute(void *data, CUpointer_attribute, CUdeviceptr)
+        lib.cuPointerGetAttribute.argtypes = (ctypes.c_void_p, ctypes.c_int, ctypes.c_uint64)
+        lib.cuPointerGetAttribute.restype = ctypes.c_int
+        # CUresult cuMemHostGetDevicePointer(CUdeviceptr *pdptr, void *p, unsigned int Flags)
+        lib.cuMemHostGetDevicePointer_v2.argtypes = (
+            ctypes.POINTER(ctypes.c_uint64),
+            ctypes.c_void_p,
+            ctypes.c_uint,
+        )
+        lib.cuMemHostGetDevicePointer_v2.restype = ctypes.c_int
+        _libcuda = lib
+    return _libcuda
+
+
 def query_managed(ptr: int) -> bool | None:
     """Whether the CUDA driver reports ``ptr`` as managed (unified) memory; None where the query
     itself failed (no current context, or host memory CUDA never registered).
@@ -159,23 +181,23 @@ def query_managed(ptr: int) -> bool | None:
     ``cuPointerGetAttribute(CU_POINTER_ATTRIBUTE_IS_MANAGED)``, straight from libcuda, so the
     answer is the driver's own, not an inference from pointers that match.
     """
-    global _libcuda
-    if _libcuda is None:
-        try:
-            lib = ctypes.CDLL("libcuda.so.1")
-        except OSError as exc:
-            raise PlacementError(
-                f"no CUDA driver (libcuda.so.1) to ask about {ptr:#x}: {exc}"
-            ) from None
-        # CUresult cuPointerGetAttribute(void *data, CUpointer_attribute, CUdeviceptr)
-        lib.cuPointerGetAttribute.argtypes = (ctypes.c_void_p, ctypes.c_int, ctypes.c_uint64)
-        lib.cuPointerGetAttribute.restype = ctypes.c_int
-        _libcuda = lib
     value = ctypes.c_uint(0)
-    status = _libcuda.cuPointerGetAttribute(
+    status = _driver().cuPointerGetAttribute(
         ctypes.byref(value), _CU_POINTER_ATTRIBUTE_IS_MANAGED, ptr
     )
     return bool(value.value) if status == 0 else None
+
+
+def host_device_pointer(ptr: int) -> int:
+    """The device address of host memory registered as mapped (``cuMemHostGetDevicePointer``)."""
+    out = ctypes.c_uint64(0)
+    status = _driver().cuMemHostGetDevicePointer_v2(ctypes.byref(out), ptr, 0)
+    if status != 0:
+        raise PlacementError(
+            f"the CUDA driver has no device address for host memory at {ptr:#x} (CUresult "
+            f"{status}): register it mapped first"
+        )
+    return int(out.value)
 
 
 def host_write_fence(device: torch.device) -> None:

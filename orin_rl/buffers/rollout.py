@@ -95,11 +95,17 @@ class RolloutBuffer:
         device: torch.device | str = "cpu",
         placement: str = "auto",
         num_minibatches: int = 1,
+        storage: dict[str, memory.Storage] | None = None,
     ):
         self.num_steps = num_steps
         self.num_envs = num_envs
         self.device = torch.device(device)
-        self.placement, self.placement_reason = memory.resolve_placement(placement, self.device)
+        storage = storage or {}
+        if storage:  # memory another writer fills (the rollout workers' shared blocks)
+            self.placement = storage["obs"].placement
+            self.placement_reason = "shared with the rollout workers, who write into it"
+        else:
+            self.placement, self.placement_reason = memory.resolve_placement(placement, self.device)
         log.info("rollout buffer placement: %s (%s)", self.placement, self.placement_reason)
         self.batch_size = num_steps * num_envs
         if self.batch_size % num_minibatches:
@@ -126,9 +132,16 @@ class RolloutBuffer:
         }
         self._store: dict[str, memory.Storage] = {}
         for name, (shape, dtype) in per_env.items():
-            self._store[name] = memory.allocate(
-                (num_steps, num_envs, *shape), dtype, self.placement, self.device
-            )
+            full = (num_steps, num_envs, *shape)
+            given = storage.get(name)
+            if given is not None:
+                if tuple(given.tensor.shape) != full or given.tensor.dtype != dtype:
+                    raise ValueError(f"storage {name!r} is {tuple(given.tensor.shape)} "
+                                     f"{given.tensor.dtype}, not {full} {dtype}")  # fmt: skip
+                self._store[name] = given
+            else:
+                where = {"mapped": "device"}.get(self.placement, self.placement)
+                self._store[name] = memory.allocate(full, dtype, where, self.device)
         # Flattened (batch, feature) Numba views for the step write and the gather kernels.
         self._flat_views = {
             name: ops.numba_view(s.tensor.view(self.batch_size, -1))

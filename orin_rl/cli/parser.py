@@ -90,8 +90,9 @@ def train_flags(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--vectorization",
-        choices=["sync", "async"],
-        help=f"gymnasium vectorisation {_train_default('env.vectorization')}",
+        choices=["sync", "async", "workers"],
+        help="gymnasium vectorisation; workers: rollout workers that act themselves "
+        f"(CPU physics) {_train_default('env.vectorization')}",
     )
     p.add_argument(
         "--env-backend",

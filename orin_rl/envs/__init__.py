@@ -34,6 +34,7 @@ def make(
     wrappers: list[str | dict[str, Any]] | None = None,
     evaluation: bool = False,
     random_episode_start: bool = False,
+    num_workers: int = 0,
 ) -> VecEnv:
     """Create ``num_envs`` copies of ``env_id`` as one VecEnv on ``device``.
 
@@ -44,13 +45,15 @@ def make(
         seed: if given, the first ``reset()`` seeds the envs with ``seed, seed + 1, ...``.
         backend: a name in ``orin_rl.env_backends``: ``gym`` (gymnasium.vector) or ``gpu``
             (GPU-native envs stepping on ``device``, see ``orin_rl.envs.gpu``).
-        vectorization: ``sync`` or ``async`` (worker processes) for the gym backend.
+        vectorization: ``sync``, ``async`` (worker processes) or ``workers`` (rollout
+            workers that can run a whole rollout, ``envs.worker_pool``) for the gym backend.
         max_episode_steps: override of the time limit.
         worker_timeout_s: async workers that do not answer a step within this are reported.
         env_kwargs: keyword arguments for each env's constructor (gym backend).
         wrappers: config ``env.wrappers`` entries applied to each env (gym backend).
         evaluation: the batch evaluates a policy (mjlab: the task's play configuration).
         random_episode_start: first episodes start at a random step of the time limit (mjlab).
+        num_workers: rollout workers (``workers`` vectorisation; 0: one a CPU core).
 
     A ``gym`` request for an id another backend claims (``Mjlab-*``) goes to that backend.
     """
@@ -65,7 +68,7 @@ def make(
     except EnvMakeError as exc:
         raise EnvError(str(exc)) from None
     options = EnvOptions(seed, vectorization, max_episode_steps, worker_timeout_s, env_kwargs,
-                         wrappers, evaluation, random_episode_start)  # fmt: skip
+                         wrappers, evaluation, random_episode_start, num_workers)  # fmt: skip
     return make_vec_env(env_id, num_envs, device, options)
 
 

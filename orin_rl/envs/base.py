@@ -24,7 +24,8 @@ class EnvOptions:
     seed: int | None = None
     """The first ``reset()`` without a seed seeds the envs with seed, seed + 1, ..."""
     vectorization: str = "sync"
-    """gymnasium: ``sync`` or ``async`` (worker processes)."""
+    """gymnasium: ``sync``, ``async`` (worker processes) or ``workers`` (rollout workers,
+    ``envs.worker_pool``)."""
     max_episode_steps: int | None = None
     """Override of the time limit."""
     worker_timeout_s: float = 60.0
@@ -39,6 +40,8 @@ class EnvOptions:
     random_episode_start: bool = False
     """Each world's first episode after ``reset()`` starts at a random step of the time limit
     (config ``env.random_episode_start``; mjlab only, refused by the config elsewhere)."""
+    num_workers: int = 0
+    """Rollout workers (``vectorization=workers``); 0: one a CPU core, at most one an env."""
 
 
 @dataclass

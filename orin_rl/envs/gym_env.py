@@ -40,6 +40,33 @@ class _TimedStep(gym.vector.VectorWrapper):
             raise multiprocessing.TimeoutError(f"{self.timeout_s:g} s") from None
 
 
+def env_actions(space: gym.Space, actions: np.ndarray, num_envs: int) -> np.ndarray:
+    """A policy's actions as the vector env takes them: int64 indices for a Discrete space;
+    for a Box clipped into its bounds (Gaussian samples are unbounded), like ClipAction."""
+    if isinstance(space, gym.spaces.Discrete):
+        return actions.astype(np.int64).reshape(num_envs)
+    return np.clip(actions, space.low, space.high)
+
+
+def finished_episodes(info: dict[str, Any]) -> tuple[list[float], list[int]]:
+    """Returns and lengths of the episodes that ended at this step (RecordEpisodeStatistics)."""
+    if "_episode" not in info:
+        return [], []
+    done = info["_episode"]
+    return info["episode"]["r"][done].tolist(), info["episode"]["l"][done].tolist()
+
+
+def final_observations(obs: np.ndarray, info: dict[str, Any]) -> np.ndarray:
+    """``obs`` with the true last observation where an episode ended (SAME_STEP auto-reset
+    returns the next episode's first one in ``obs``)."""
+    if "_final_obs" not in info:
+        return obs
+    mask = info["_final_obs"]
+    final_obs = obs.copy()
+    final_obs[mask] = np.stack(info["final_obs"][mask])
+    return final_obs
+
+
 class GymVecEnv(VecEnv):
     """Adapter from a gymnasium vector env to the VecEnv contract.
 
@@ -145,11 +172,7 @@ class GymVecEnv(VecEnv):
         ``obs_out`` (staged outputs only): a (host array, tensor) pair of one memory, e.g. the
         rollout buffer's next observation slot; the observations are written straight into it.
         """
-        act = actions.detach().cpu().numpy()
-        if self._discrete:
-            act = act.astype(np.int64).reshape(self.num_envs)
-        else:  # Gaussian samples are unbounded: clip to the Box like gymnasium's ClipAction
-            act = np.clip(act, self.action_space.low, self.action_space.high)
+        act = env_actions(self.action_space, actions.detach().cpu().numpy(), self.num_envs)
         try:
             obs, reward, terminated, truncated, info = self._env.step(act)
         except Exception as exc:
@@ -157,19 +180,14 @@ class GymVecEnv(VecEnv):
             if error is None:
                 raise
             raise error from exc
-        if "_episode" in info:
-            done = info["_episode"]
-            self._returns.extend(info["episode"]["r"][done].tolist())
-            self._lengths.extend(info["episode"]["l"][done].tolist())
+        returns, lengths = finished_episodes(info)
+        self._returns.extend(returns)
+        self._lengths.extend(lengths)
         if self._staged is not None:
             return self._write_staged(obs, reward, terminated, truncated, info, obs_out)
         if obs_out is not None:
             raise EnvError("step(obs_out=...) needs stage_outputs() first")
-        final_obs = obs
-        if "_final_obs" in info:
-            mask = info["_final_obs"]
-            final_obs = obs.copy()
-            final_obs[mask] = np.stack(info["final_obs"][mask])
+        final_obs = final_observations(obs, info)
         return StepResult(
             obs=self._obs(obs),
             reward=self._to_torch(reward, torch.float32),
@@ -330,6 +348,21 @@ def make_gym(
     ``env_kwargs`` go to each env's constructor, ``wrappers`` (config ``env.wrappers``
     entries) wrap each env; a ``module:EnvId`` id imports ``module`` first.
     """
+    vec = make_gym_vector(env_id, num_envs, vectorization, max_episode_steps, env_kwargs,
+                          wrappers)  # fmt: skip
+    return GymVecEnv(vec, device, worker_timeout_s)
+
+
+def make_gym_vector(
+    env_id: str,
+    num_envs: int,
+    vectorization: str = "sync",
+    max_episode_steps: int | None = None,
+    env_kwargs: dict[str, Any] | None = None,
+    wrappers: list[str | dict[str, Any]] | None = None,
+) -> gym.vector.VectorEnv:
+    """The gymnasium vector env of ``make_gym`` (SAME_STEP auto-reset), unwrapped; errors as
+    one-line EnvErrors."""
     if vectorization not in ("sync", "async"):
         raise EnvError(f"vectorization must be 'sync' or 'async', got {vectorization!r}")
     kwargs = {"max_episode_steps": max_episode_steps} if max_episode_steps else {}
@@ -358,14 +391,19 @@ def make_gym(
     if not isinstance(space, (gym.spaces.Discrete, gym.spaces.Box)):
         vec.close()
         raise EnvError(f"{env_id}: action space {space} is not Discrete or Box")
-    return GymVecEnv(vec, device, worker_timeout_s)
+    return vec
 
 
 def make_vec_env(
     env_id: str, num_envs: int, device: torch.device | str, options: EnvOptions
-) -> GymVecEnv:
-    """The ``gym`` backend (``orin_rl.env_backends``)."""
+) -> VecEnv:
+    """The ``gym`` backend (``orin_rl.env_backends``); ``workers`` vectorisation gives the
+    rollout workers' pool (``envs.worker_pool``)."""
     o = options
+    if o.vectorization == "workers":
+        from orin_rl.envs.worker_pool import WorkerVecEnv
+
+        return WorkerVecEnv(env_id, num_envs, device, o)
     env = make_gym(env_id, num_envs, device, o.vectorization, o.max_episode_steps,
                    o.worker_timeout_s, o.kwargs, o.wrappers)  # fmt: skip
     env.seed = o.seed

@@ -122,6 +122,7 @@ class Runner(Evaluation, ABC):
             env_kwargs=cfg.env.kwargs,
             wrappers=cfg.env.wrappers,
             random_episode_start=cfg.env.random_episode_start,
+            num_workers=cfg.env.num_workers,
         )
         self._build()
         if state is None and self.is_main:

@@ -21,14 +21,16 @@ import torch
 from orin_rl import distributed
 from orin_rl.algorithms import PPO, fused
 from orin_rl.algorithms.ppo_multi import MultiAgentPPO
-from orin_rl.buffers import RolloutBuffer
+from orin_rl.buffers import RolloutBuffer, memory
 from orin_rl.errors import OrinError
 from orin_rl.models import ActorCritic, PolicySpec
 from orin_rl.models.batched import BatchedActorCritic
 from orin_rl.runners.base import Runner
 from orin_rl.runners.checkpointing import rng_state, set_rng_state
 from orin_rl.runners.graphs import GraphedCall, GraphedIteration, graph_blocker, nvtx_range
-from orin_rl.runners.overlap import OverlappedRollouts, overlap_blocker
+from orin_rl.runners.overlap import OverlappedRollouts, OverlappedWorkers, overlap_blocker
+from orin_rl.runners.worker_rollouts import WorkerRollouts
+from orin_rl.runners.worker_rollouts import blocker as worker_rollouts_blocker
 
 log = logging.getLogger(__name__)
 
@@ -90,16 +92,29 @@ class OnPolicyRunner(Runner):
             self.algo = PPO(*args, **options, dist_ctx=self.dist)
         self._make_fused()
         self._make_obs_into_buffer()
-        self.overlap: OverlappedRollouts | None = None
+        self.worker_rollouts: WorkerRollouts | None = None
+        if getattr(self.env, "runs_programs", False):
+            reason = worker_rollouts_blocker(self)
+            if reason is None:
+                self.worker_rollouts = WorkerRollouts(self)
+            else:
+                log.warning("rollout workers step one batch at a time: %s", reason)
+        self.overlap: OverlappedRollouts | OverlappedWorkers | None = None
         if cfg.train.overlap:
             reason = overlap_blocker(cfg, self.env, self.device, self.dist.enabled)
             if reason is not None:
                 raise OrinError(f"train.overlap: {reason}; drop --overlap")
-            self.overlap = OverlappedRollouts(self)
+            if self.worker_rollouts is not None:
+                self.overlap = OverlappedWorkers(self)
+            else:
+                self.overlap = OverlappedRollouts(self)
             log.info("overlapped rollouts: the envs collect the next rollout during the update")
 
-    def make_rollout_buffer(self) -> RolloutBuffer:
-        """A rollout buffer of this run's shape and placement."""
+    def make_rollout_buffer(
+        self, storage: dict[str, memory.Storage] | None = None
+    ) -> RolloutBuffer:
+        """A rollout buffer of this run's shape and placement (over ``storage`` where given:
+        the rollout workers' shared memory)."""
         cfg, spec = self.cfg, self.policy_spec
         discrete = spec.action_kind == "discrete"
         return RolloutBuffer(
@@ -111,6 +126,7 @@ class OnPolicyRunner(Runner):
             self.device,
             cfg.buffer.placement,
             cfg.ppo.num_minibatches,
+            storage,
         )
 
     def _make_obs_into_buffer(self) -> None:
@@ -187,6 +203,8 @@ class OnPolicyRunner(Runner):
                 return out
         if self.overlap is not None:
             return self.overlap.iterate(obs)
+        if self.worker_rollouts is not None:
+            return self.worker_rollouts.iterate()
         if self._graph is not None:
             lr = algo.set_learning_rate()
             with nvtx_range("iteration (CUDA graph replay)", nvtx):
@@ -309,3 +327,5 @@ class OnPolicyRunner(Runner):
         finally:
             if self.overlap is not None:
                 self.overlap.close()
+            if self.worker_rollouts is not None:
+                self.worker_rollouts.close()

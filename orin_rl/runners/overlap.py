@@ -23,6 +23,7 @@ from __future__ import annotations
 import copy
 import logging
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
 from typing import Any
@@ -160,6 +161,57 @@ class OverlappedRollouts:
 
     def close(self) -> None:
         self.pool.shutdown(wait=True)
+
+
+class OverlappedWorkers:
+    """Overlap with rollout workers (``env.vectorization=workers``): the worker processes
+    collect rollout k+1, acting with the weights of update k, while this process trains on
+    rollout k; no collector thread, so the learner has the GIL to itself."""
+
+    def __init__(self, runner: Any):
+        self.runner = runner
+        self.learner: PPO = runner.algo
+        self.rollouts = runner.worker_rollouts
+        self.primed = False
+        self.index = 0  # the buffer the workers fill next
+        self.lag_log: list[tuple[int, int]] = []
+        """(weights' version that collected a rollout, update that trained on it), the last
+        few (tests)."""
+
+    def _collected(self) -> tuple[Any, int]:
+        """The rollout the workers are writing, once finished, and the weights' version."""
+        version = self.rollouts.published_version
+        buffer = self.rollouts.finish(self.index)
+        self.index ^= 1
+        return buffer, version
+
+    def iterate(self, obs: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+        """Update k+1 on rollout k while the workers collect rollout k+1."""
+        rollouts = self.rollouts
+        if not self.primed:  # the first rollout has nothing to overlap with
+            rollouts.start(self.index)
+            self._pending = self._collected()
+            self.primed = True
+        filled, trained_version = self._pending
+        last = self.learner.iteration + 1 >= self.runner.num_iterations
+        if not last:  # the run's last update: no rollout after it to collect
+            rollouts.start(self.index)  # publishes the newest weights first
+        self.learner.buffer = filled  # the storage the workers wrote (or its device copy)
+        began = time.perf_counter()
+        losses = self.learner.update()  # an error leaves the workers to env.close()
+        losses["perf/update_s"] = time.perf_counter() - began
+        if not last:
+            self._pending = self._collected()
+            losses["perf/rollout_wait_s"] = rollouts.wait_s
+        self.lag_log = [*self.lag_log[-15:], (trained_version, self.learner.iteration)]
+        return rollouts.env.observe(), losses
+
+    def restore_from_learner(self) -> None:
+        """After a resume: the next start publishes the learner's weights (their version)."""
+        self.rollouts.published_version = -1
+
+    def close(self) -> None:
+        """Nothing of its own: the runner closes the workers and their blocks."""
 
 
 class _Stopped(Exception):
