@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 BACKENDS: dict[str, tuple[str, str, str | None]] = {
-    "gym": ("orin_rl.envs.gym_env", "gymnasium.vector envs (any gymnasium id, module:EnvId)", None),
+    "gym": ("orin_rl.envs.gym_backend", "gymnasium.vector envs (any id, module:EnvId)", None),
     "gpu": ("orin_rl.envs.gpu", "GPU-native envs stepping on the learner's device", None),
     "mjlab": ("orin_rl.envs.mjlab", "mjlab's robot tasks (Isaac Lab's manager API on MuJoCo Warp)",
               "Mjlab-"),

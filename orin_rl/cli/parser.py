@@ -91,8 +91,7 @@ def train_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--vectorization",
         choices=["sync", "async", "workers"],
-        help="gymnasium vectorisation; workers: rollout workers that act themselves "
-        f"(CPU physics) {_train_default('env.vectorization')}",
+        help=f"gymnasium vectorisation (workers act too) {_train_default('env.vectorization')}",
     )
     p.add_argument(
         "--env-backend",

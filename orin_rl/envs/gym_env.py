@@ -19,7 +19,7 @@ from orin_rl.env_factory import (
     make_error_message,
     resolve_wrappers,
 )
-from orin_rl.envs.base import EnvError, EnvOptions, StepResult, VecEnv
+from orin_rl.envs.base import EnvError, StepResult, VecEnv
 
 log = logging.getLogger(__name__)
 
@@ -392,19 +392,3 @@ def make_gym_vector(
         vec.close()
         raise EnvError(f"{env_id}: action space {space} is not Discrete or Box")
     return vec
-
-
-def make_vec_env(
-    env_id: str, num_envs: int, device: torch.device | str, options: EnvOptions
-) -> VecEnv:
-    """The ``gym`` backend (``orin_rl.env_backends``); ``workers`` vectorisation gives the
-    rollout workers' pool (``envs.worker_pool``)."""
-    o = options
-    if o.vectorization == "workers":
-        from orin_rl.envs.worker_pool import WorkerVecEnv
-
-        return WorkerVecEnv(env_id, num_envs, device, o)
-    env = make_gym(env_id, num_envs, device, o.vectorization, o.max_episode_steps,
-                   o.worker_timeout_s, o.kwargs, o.wrappers)  # fmt: skip
-    env.seed = o.seed
-    return env
