@@ -175,6 +175,19 @@ def parts_per_agent(minibatch: int, num_agents: int, device: torch.device) -> in
     return max(1, min(wanted, -(-minibatch // CHUNK)))
 
 
+def reduce_blocks(params: int, num_agents: int, threads: int, device: torch.device) -> int:
+    """Blocks per agent of the gradient-sum and Adam kernels: ``ELEMENTS_PER_THREAD``
+    parameters a thread, or one where that would leave SMs without ``BLOCKS_PER_SM`` blocks
+    (one agent: its sum runs over hundreds of partial gradients, latency-bound)."""
+    sms = 2
+    if device.type == "cuda":
+        sms = torch.cuda.get_device_properties(device).multi_processor_count
+    blocks = -(-params // (threads * ELEMENTS_PER_THREAD))
+    if num_agents * blocks < BLOCKS_PER_SM * sms:
+        blocks = -(-params // threads)
+    return max(1, blocks)
+
+
 # ---------------------------------------------------------------------------- kernels
 def _packed(tensors: np.ndarray, sizes: list[int]) -> tuple[np.ndarray, int]:
     """Offsets (indexed by tensor id) of ``tensors`` laid end to end, and their total size."""
@@ -830,12 +843,24 @@ def build_kernels(obs_dim: int, h1: int, h2: int, num_actions: int, activation: 
         if hi > P:
             hi = P
         nparts = partial.shape[0]
+        full = nparts - nparts % 4
         ss = ZERO
         for e in range(r * per + tid, hi, UT):
             q = element(k, e)
-            g = ZERO
-            for p in range(nparts):
-                g += partial[p, q]
+            # four independent sums keep four loads in flight (hundreds of parts for one
+            # agent's big minibatch); the order is fixed, so a run stays reproducible
+            g0 = ZERO
+            g1 = ZERO
+            g2 = ZERO
+            g3 = ZERO
+            for p in range(0, full, 4):
+                g0 += partial[p, q]
+                g1 += partial[p + 1, q]
+                g2 += partial[p + 2, q]
+                g3 += partial[p + 3, q]
+            for p in range(full, nparts):
+                g0 += partial[p, q]
+            g = (g0 + g1) + (g2 + g3)
             grad[q] = g
             ss += g * g
         total = block_sum(red, ss, tid)
@@ -946,7 +971,7 @@ class FusedPPO:
             self.partial = z(self.parts, size)  # each block's slice of a minibatch gradient
             self.pterms = z(self.parts, K, 5)
             # blocks per agent of the reduce and Adam kernels: about 4 elements per thread
-            self.reduce_blocks = max(1, -(-size // (K * self.threads[1] * ELEMENTS_PER_THREAD)))
+            self.reduce_blocks = reduce_blocks(size // K, K, self.threads[1], self.device)
             self.norms = z(K, self.reduce_blocks)
             # (learning rate, Adam steps so far): device scalars, so a graph replays them
             self.hyper = torch.zeros(2, dtype=torch.float64, device=self.device)

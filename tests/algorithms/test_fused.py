@@ -226,6 +226,7 @@ def _agent_tensors(policy, num_agents, k):
     "num_agents,hidden,activation,clip_value_loss,parts,steps_before",
     [
         (1, (8, 6), "tanh", True, 3, 0),
+        (1, (6, 8), "tanh", False, 5, 0),  # the sum's four-way loop and its tail
         (2, (6, 8), "relu", False, 1, 0),
         (2, (8, 6), "tanh", True, 2, 7),
     ],
