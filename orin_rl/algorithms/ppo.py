@@ -6,10 +6,13 @@ The trainer calls four verbs and nothing else: ``act``, ``process_env_step``,
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
 
 from orin_rl import distributed
+from orin_rl.algorithms.adam import FusedAdam
 from orin_rl.buffers import RolloutBuffer, Transition
 from orin_rl.config import PPOConfig
 from orin_rl.envs import StepResult
@@ -85,12 +88,13 @@ class PPO:
             if capturable or adaptive
             else cfg.learning_rate
         )
-        self.optimizer = torch.optim.Adam(
-            policy.parameters(),
-            lr=lr,
-            eps=1e-8 if cfg.rsl_rl else 1e-5,
-            fused=True,
-            capturable=capturable,
+        eps = 1e-8 if cfg.rsl_rl else 1e-5
+        # torch's fused Adam kernel without torch.optim's wrapper (which imports the compiler,
+        # seconds of start-up: algorithms/adam.py); GradScaler's fp16 path needs torch's class.
+        self.optimizer: Any = (
+            torch.optim.Adam(policy.parameters(), lr=lr, eps=eps, fused=True, capturable=capturable)
+            if precision == "fp16"
+            else FusedAdam(policy.parameters(), lr=lr, eps=eps, capturable=capturable)
         )
         # Mixed precision, set up once (nanoGPT): autocast around the forward passes, a
         # gradient scaler that is a no-op unless fp16.
