@@ -269,6 +269,11 @@ class TrainConfig:
     precision: Literal["fp32", "fp16", "bf16"] = "fp32"
     """Mixed precision of the forward passes and losses: autocast to fp16 or bf16 around the
     networks; the value head and the losses stay fp32; fp16 adds a gradient scaler."""
+    matmul: Literal["fp32", "tf32"] = "fp32"
+    """float32 matrix products on a CUDA GPU: ``fp32`` exact, ``tf32`` on the tensor cores
+    (Ampere and later, Orin included) with inputs rounded to a 10-bit mantissa and float32
+    sums, what JAX's default precision does on these GPUs (jax-ml/jax#18934). Parameters,
+    losses and the fused kernels stay float32."""
     cuda_graphs: bool = False
     """Capture a whole iteration (rollout, GAE, update) in one CUDA graph and replay it. Needs
     GPU-native environments on the learner's GPU and no target_kl; otherwise the run stays

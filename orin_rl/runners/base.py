@@ -31,6 +31,7 @@ from orin_rl.runners import run_folder, summary
 from orin_rl.runners.checkpointing import rng_state, seed_everything, set_rng_state
 from orin_rl.runners.logger import MetricsLogger
 from orin_rl.runners.signals import StopRequest
+from orin_rl.runners.startup import Phases
 from orin_rl.runners.verdict import Evaluation
 
 log = logging.getLogger(__name__)
@@ -74,6 +75,9 @@ class Runner(Evaluation, ABC):
         progress: bool | str = True,
         state: dict[str, Any] | None = None,
     ):
+        # process start -> here (interpreter, imports, config), then each set-up phase up to
+        # the end of the first iteration: summary.json's "startup"
+        self.startup = Phases()
         self.run_dir = Path(run_dir)
         if resume and state is None:
             state = run_folder.resume_state(self.run_dir)
@@ -84,6 +88,8 @@ class Runner(Evaluation, ABC):
         if cfg.train.torch_threads:
             torch.set_num_threads(cfg.train.torch_threads)
         self.device = resolve_device(cfg.train.device)
+        # process-wide in torch: set here, for this run's CUDA float32 matmuls
+        torch.backends.cuda.matmul.allow_tf32 = cfg.train.matmul == "tf32"
         # torchrun's environment makes this one rank of several (nothing changes otherwise).
         self.dist = distributed.init_from_env(self.device.type)
         if self.dist.enabled and self.device.type == "cuda":
@@ -124,7 +130,9 @@ class Runner(Evaluation, ABC):
             random_episode_start=cfg.env.random_episode_start,
             num_workers=cfg.env.num_workers,
         )
+        self.startup.mark("envs_s")
         self._build()
+        self.startup.mark("build_s")
         if state is None and self.is_main:
             run_folder.create(self.run_dir, cfg)
         self.sync_checks = 0  # bit-identity checks of the parameters across ranks passed
@@ -139,6 +147,7 @@ class Runner(Evaluation, ABC):
         self._restored_obs: torch.Tensor | None = None
         if state is not None:
             self._restore(state)
+        self.startup.mark("setup_s")
         log.info(
             "training %s (%s) on %s: %d envs x %d steps, %d iterations; buffer %s (%s)",
             cfg.env.env_id,
@@ -206,6 +215,9 @@ class Runner(Evaluation, ABC):
         )
         last_line = -math.inf  # when the last progress line was logged
         stop_reason = "total_steps"
+        first = "first_iteration_s" not in self.startup.phases
+        if first:
+            self.startup.mark("learn_setup_s")
         try:
             with StopRequest() as stop:
                 while self.algo.iteration < self.num_iterations:
@@ -213,6 +225,9 @@ class Runner(Evaluation, ABC):
                     # final checkpoint sits on an iteration boundary and the resumed run
                     # continues exactly; a second signal stops at once.
                     obs, losses = self._iterate(obs)
+                    if first:  # kernels loaded or compiled, graphs captured
+                        self.startup.mark("first_iteration_s")
+                        first = False
                     self._obs = obs
                     self.global_step += self.iteration_steps
                     bar.update(self.iteration_steps)

@@ -71,6 +71,7 @@ def build(
         "seed": cfg.train.seed,
         "torch_version": torch.__version__,
         "power": jetson.power_report(runner.monitor, steps_per_s, "steps_per_s"),
+        "startup": runner.startup.report() if hasattr(runner, "startup") else None,
     }
 
 
