@@ -60,7 +60,7 @@ def _add_backend_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--cuda-graph",
         action="store_true",
-        help="replay torch / TensorRT inference as CUDA graphs (needs --device cuda)",
+        help="replay torch / TensorRT / ONNX Runtime CUDA EP inference as CUDA graphs",
     )
     p.add_argument(
         "--zero-copy",

@@ -6,6 +6,7 @@ onnxruntime only; the torch backend imports torch when it is chosen.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import logging
 from pathlib import Path
@@ -80,12 +81,15 @@ def _make(kind: str, found: dict[str, Path], device: str, safe_action, **options
     if kind == "onnxruntime":
         if "bundle" not in found:
             raise RuntimeBackendError("onnxruntime needs a bundle: orin-rl export RUN_DIR first")
-        from orin_rl.runtime.onnxruntime_backend import OnnxRuntimeBackend
+        from orin_rl.runtime.onnxruntime_backend import EpSettings, OnnxRuntimeBackend
 
         onnx = found.get("onnx")
         info, onnx_path = bundle.load_bundle(
             found["bundle"], precision=options.get("precision"), onnx_file=onnx and onnx.name
         )
+        ep = options.get("ort_settings") or EpSettings()
+        if options.get("cuda_graph"):  # the CUDA EP's graphs, as torch's and TensorRT's
+            ep = dataclasses.replace(ep, cuda_graph=True)
         return OnnxRuntimeBackend(
             onnx_path,
             info,
@@ -93,7 +97,7 @@ def _make(kind: str, found: dict[str, Path], device: str, safe_action, **options
             options.get("threads", 1),
             providers=options.get("providers"),
             safe_action=safe_action,
-            ep=options.get("ort_settings"),
+            ep=ep,
         )
     if kind == "tensorrt":
         if "engine" not in found:
@@ -165,26 +169,33 @@ def load(
     # A bundle named by its own path runs as that bundle or not at all: "auto" must not swap
     # in the run's checkpoint around it (a tampered policy.onnx would then run the torch model).
     named_bundle = "bundle" in found and found["bundle"] in (path, path.parent)
-    candidates = []
+    # (name in the timings, backend kind, its options)
+    candidates: list[tuple[str, str, dict]] = []
     if "engine" in found:
-        candidates.append("tensorrt")
+        candidates.append(("tensorrt", "tensorrt", options))
     if "bundle" in found and importlib.util.find_spec("onnxruntime"):
-        candidates.append("onnxruntime")
+        if device.startswith("cuda") and not options.get("providers"):
+            # the CUDA EP's round trip against the CPU EP's: for a small MLP the CPU often wins
+            for provider in ("cuda", "cpu"):
+                candidates.append((f"onnxruntime-{provider}", "onnxruntime",
+                                   {**options, "providers": [provider]}))  # fmt: skip
+        else:
+            candidates.append(("onnxruntime", "onnxruntime", options))
     if "run" in found and not named_bundle and importlib.util.find_spec("torch"):
-        candidates.append("torch")
+        candidates.append(("torch", "torch", options))
     if named_bundle:  # its integrity first: a changed file is a refusal, not "unavailable"
         bundle.load_bundle(found["bundle"], precision=options.get("precision"))
     if not candidates:
         raise RuntimeBackendError(f"{model}: no backend can run it here (install onnxruntime)")
     timings: dict[str, dict[str, float]] = {}
     reasons: dict[str, str] = {}
-    for kind in candidates:
+    for name, kind, opts in candidates:
         try:
-            with _make(kind, found, device, safe_action, **options) as b:
-                timings[kind] = measure(b)
+            with _make(kind, found, device, safe_action, **opts) as b:
+                timings[name] = measure(b)
         except Exception as exc:  # a backend that cannot start is skipped, with the reason
-            reasons[kind] = str(exc)
-            log.warning("auto: %s unavailable: %s", kind, exc)
+            reasons[name] = str(exc)
+            log.warning("auto: %s unavailable: %s", name, exc)
     if not timings:  # the error itself says why each one failed
         why = "; ".join(f"{kind}: {reason}" for kind, reason in reasons.items())
         raise RuntimeBackendError(f"{model}: no backend could start ({why})")
@@ -196,6 +207,7 @@ def load(
             f"{k} p50 {v['p50_us']:.1f} / p99 {v['p99_us']:.1f} µs" for k, v in timings.items()
         ),
     )
-    chosen = _make(best, found, device, safe_action, **options)
+    _, kind, opts = next(c for c in candidates if c[0] == best)
+    chosen = _make(kind, found, device, safe_action, **opts)
     chosen.auto_timings = timings
     return chosen

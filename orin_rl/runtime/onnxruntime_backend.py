@@ -1,7 +1,13 @@
 """ONNX Runtime backend: provider choice with fallback (TensorRT EP → CUDA EP → CPU) and the
 TensorRT / CUDA execution-provider options of an engine recipe, IO binding bound once per batch
 size (no per-call feed dict, binding or output allocation), one intra-op thread by default
-(small policies on small CPUs)."""
+(small policies on small CPUs).
+
+On the CUDA EP the binding is device memory (``OrtValue`` on ``cuda``): a call copies the
+observation in, runs, and copies the action back. With ``EpSettings.cuda_graph``
+(``--cuda-graph``) the EP captures the run in a CUDA graph on its first call at a batch size
+and replays it after (``enable_cuda_graph``, one ``gpu_graph_id`` per batch size);
+``docs/benchmarks/infer_h200.json`` has both beside torch's."""
 
 from __future__ import annotations
 
@@ -64,6 +70,9 @@ class EpSettings:
     """TensorRT EP workspace limit."""
     cache_root: str = "engines/ort-cache"
     """Root folder of the TensorRT EP's engine and timing caches."""
+    cuda_graph: bool = False
+    """CUDA EP: capture each batch size's run in a CUDA graph and replay it (``runtime.load``
+    and the CLI's ``--cuda-graph`` set it)."""
 
 
 def provider_options(
@@ -106,7 +115,10 @@ def provider_options(
             )
             chosen.append((TENSORRT_EP, trt))
         elif name == CUDA_EP:
-            chosen.append((CUDA_EP, {"cudnn_conv_algo_search": "HEURISTIC"}))
+            chosen.append((CUDA_EP, {
+                "cudnn_conv_algo_search": "HEURISTIC",
+                "enable_cuda_graph": "1" if settings.cuda_graph else "0",
+            }))  # fmt: skip
         else:
             chosen.append((name, {}))
     return chosen
@@ -167,7 +179,9 @@ class OnnxRuntimeBackend(Backend):
         self.ep = ep or EpSettings()
         self.session = None
         self.provider = None
-        self._bindings: dict[int, tuple[Any, np.ndarray, np.ndarray]] = {}
+        self._bindings: dict[int, tuple[Any, Any, Any, Any]] = {}
+        self._device_io = False  # bound buffers in CUDA memory (the CUDA EP)
+        self._graph_ids = 0  # CUDA graphs captured by this session (never reused)
         self._lock = threading.Lock()
 
     def provider_candidates(
@@ -198,6 +212,8 @@ class OnnxRuntimeBackend(Backend):
         errors = []
         # get_available_providers() lists what was compiled in, not what works: try each.
         candidates = self.provider_candidates(ort.get_available_providers(), ort)
+        if any(p in (CUDA_EP, TENSORRT_EP) for p, _ in candidates):
+            _preload_cuda_libraries(ort)
         for provider, opts in candidates:
             chain = (
                 [(provider, opts)]
@@ -224,6 +240,9 @@ class OnnxRuntimeBackend(Backend):
         self._input = self.input_spec.name
         self._outputs = [self.output_spec[0].name]
         self._bindings = {}
+        out_dims = self.output_spec[0].shape[1:]
+        self._device_io = self.provider == CUDA_EP and all(isinstance(d, int) for d in out_dims)
+        self._graph_ids = 0
 
     def _bind(self, obs: np.ndarray, action: np.ndarray) -> None:
         """IO binding for this batch size over buffers of our own, bound once: later calls
@@ -239,7 +258,31 @@ class OnnxRuntimeBackend(Backend):
         binding.bind_output(
             self._outputs[0], "cpu", 0, out_buf.dtype.type, list(out_buf.shape), out_buf.ctypes.data
         )
-        self._bindings[len(obs)] = (binding, in_buf, out_buf)
+        self._bindings[len(obs)] = (binding, in_buf, out_buf, None)
+
+    def _bind_device(self, batch: int) -> tuple[Any, Any, Any, Any]:
+        """CUDA EP: input and output ``OrtValue`` in device memory at fixed addresses (what a
+        CUDA graph replays), and the run options naming this batch size's graph."""
+        ort = import_ort()
+        if len(self._bindings) >= MAX_BINDINGS:
+            self._bindings.clear()  # their graphs stay captured under ids never used again
+        out = self.output_spec[0]
+        in_val = ort.OrtValue.ortvalue_from_shape_and_type(
+            [batch, *self._fixed], self._dtype.type, "cuda", 0
+        )
+        out_val = ort.OrtValue.ortvalue_from_shape_and_type(
+            [batch, *out.shape[1:]], np.dtype(out.dtype).type, "cuda", 0
+        )
+        binding = self.session.io_binding()
+        binding.bind_ortvalue_input(self._input, in_val)
+        binding.bind_ortvalue_output(self._outputs[0], out_val)
+        run_options = ort.RunOptions()
+        if self.ep.cuda_graph:
+            run_options.add_run_config_entry("gpu_graph_id", str(self._graph_ids))
+            self._graph_ids += 1
+        bound = (binding, in_val, out_val, run_options)
+        self._bindings[batch] = bound
+        return bound
 
     def infer_impl(self, obs: np.ndarray) -> np.ndarray:
         with self._lock:  # the bound buffers are shared: one call at a time uses them
@@ -247,11 +290,16 @@ class OnnxRuntimeBackend(Backend):
 
     def _infer_bound(self, obs: np.ndarray) -> np.ndarray:
         bound = self._bindings.get(len(obs))
+        if self._device_io:
+            binding, in_val, out_val, run_options = bound or self._bind_device(len(obs))
+            in_val.update_inplace(np.ascontiguousarray(obs))  # host -> device
+            self.session.run_with_iobinding(binding, run_options)  # captures, then replays
+            return out_val.numpy()  # device -> host, a new array
         if bound is None:  # first call at this batch: plain run, which also gives the shapes
             action = self.session.run(self._outputs, {self._input: obs})[0]
             self._bind(obs, action)
             return action
-        binding, in_buf, out_buf = bound
+        binding, in_buf, out_buf, _ = bound
         np.copyto(in_buf, obs)
         self.session.run_with_iobinding(binding)
         return out_buf.copy()  # the buffer is reused by the next call
@@ -266,4 +314,19 @@ class OnnxRuntimeBackend(Backend):
             "provider": self.provider,
             "threads": self.threads,
             "precision": self.precision,
+            "device_io": self._device_io,
+            "cuda_graph": self._device_io and self.ep.cuda_graph,
         }
+
+
+def _preload_cuda_libraries(ort) -> None:
+    """onnxruntime-gpu's x86 wheels find CUDA and cuDNN through pip's nvidia-* packages (what a
+    CUDA torch installs) only after ``preload_dlls`` (ORT >= 1.21); a Jetson's come with
+    JetPack. Failing here is not fatal: the provider then fails with its own reason."""
+    preload = getattr(ort, "preload_dlls", None)
+    if preload is None:
+        return
+    try:
+        preload()
+    except Exception as exc:  # missing packages: the session says what failed
+        log.debug("onnxruntime.preload_dlls: %s", exc)

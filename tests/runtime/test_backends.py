@@ -210,6 +210,15 @@ class TestBackendOptionsFromTheCli:
             for n, _ in load(run_with_bundle, "onnxruntime", **asked).provider_candidates([CPU_EP])
         ] == [CUDA_EP, CPU_EP]
 
+    def test_cuda_graph_reaches_the_cuda_provider(self, run_with_bundle):
+        from orin_rl.runtime.onnxruntime_backend import CUDA_EP
+
+        for argv, flag in (((), "0"), (("--cuda-graph",), "1")):
+            backend = load(run_with_bundle, "onnxruntime", "cuda", **self.options(*argv))
+            (name, opts), *_ = backend.provider_candidates([CUDA_EP])
+            assert name == CUDA_EP and opts["enable_cuda_graph"] == flag
+            assert backend.ep.cuda_graph is (flag == "1")
+
     def test_torch_graph_batch_and_zero_copy_reach_the_backend(self, run_with_bundle):
         options = self.options("--zero-copy", "on", batch=4)
         backend = load(run_with_bundle, "torch", **options)
@@ -271,3 +280,39 @@ def test_a_tampered_bundle_is_refused_not_replaced_by_its_run(run_with_bundle, t
     assert "sha256 differs" in capsys.readouterr().err
     with load(run, "auto") as backend:  # the run folder named: its checkpoint may run
         assert backend.name == "torch"
+
+
+def _cuda_ep_or_skip():
+    ort = pytest.importorskip("onnxruntime")
+    if "CUDAExecutionProvider" not in ort.get_available_providers():
+        pytest.skip("needs onnxruntime-gpu (its CUDA execution provider)")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("cuda_graph", [False, True])
+def test_ort_cuda_ep_matches_the_cpu_ep(run_with_bundle, rng, cuda_graph):
+    """The CUDA EP over device-bound I/O (and its CUDA graphs, one per batch size): every call
+    gives the CPU EP's action, switching batch and back included (a graph replaying another
+    batch's buffers would not)."""
+    _cuda_ep_or_skip()
+    with (
+        load(run_with_bundle, "onnxruntime", providers=["cpu"]) as ref,
+        load(run_with_bundle, "onnxruntime", "cuda", providers=["cuda"],
+             cuda_graph=cuda_graph) as gpu,
+    ):  # fmt: skip
+        assert gpu.provider == "CUDAExecutionProvider"
+        assert gpu.describe()["device_io"] and gpu.describe()["cuda_graph"] is cuda_graph
+        for batch in (1, 7, 1, 64, 7, 1, 1):
+            obs = rng.normal(size=(batch, 4)).astype(np.float32)
+            np.testing.assert_allclose(gpu.infer(obs), ref.infer(obs), rtol=1e-5, atol=1e-6)
+        assert sorted(gpu._bindings) == [1, 7, 64]
+        assert gpu._graph_ids == (3 if cuda_graph else 0)
+
+
+@pytest.mark.gpu
+def test_auto_times_the_cuda_and_cpu_providers(run_with_bundle):
+    _cuda_ep_or_skip()
+    backend = load(run_with_bundle, "auto", "cuda", cuda_graph=True)
+    assert {"onnxruntime-cuda", "onnxruntime-cpu", "torch"} <= set(backend.auto_timings)
+    best = min(backend.auto_timings, key=lambda k: backend.auto_timings[k]["p99_us"])
+    assert best.split("-")[0] == backend.name
