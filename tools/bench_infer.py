@@ -33,8 +33,9 @@ from orin_rl.export.onnx import _specs, _to_onnx
 from orin_rl.models import ActorCritic, PolicySpec
 from orin_rl.models.cnn import SeedCNNPolicy
 from orin_rl.models.deploy import DeterministicPolicy
+from orin_rl.runtime.base import RuntimeBackendError
 from orin_rl.runtime.bench import time_backend
-from orin_rl.runtime.onnxruntime_backend import OnnxRuntimeBackend
+from orin_rl.runtime.onnxruntime_backend import CUDA_EP, EpSettings, OnnxRuntimeBackend
 from orin_rl.runtime.torch_backend import TorchBackend
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -76,13 +77,43 @@ def time_pair(fn_a, fn_b, iters: int) -> tuple[dict[str, float], dict[str, float
     return stats(a), stats(b)
 
 
-def onnx_backend(module, obs_shape, tmp: Path, name: str, threads: int = 1) -> OnnxRuntimeBackend:
+def onnx_backend(module, obs_shape, tmp: Path, name: str, threads: int = 1,
+                 **gpu) -> OnnxRuntimeBackend:  # fmt: skip
+    """``gpu``: device, providers and ep for OnnxRuntimeBackend (default: the CPU EP)."""
     model = _to_onnx(module, obs_shape, "dynamic", 17, discrete=False)
     path = tmp / f"{name}.onnx"
     path.write_bytes(model.SerializeToString())
     inputs, outputs = _specs(model)
     info = BundleInfo(path.name, "", 17, "fp32", inputs, outputs, {"kind": "continuous"}, None, 0.0)
-    return OnnxRuntimeBackend(path, info, "cpu", threads)
+    return OnnxRuntimeBackend(path, info, gpu.pop("device", "cpu"), threads, **gpu)
+
+
+def cuda_ep_rows(module, tmp: Path, obs: np.ndarray, iters: int) -> list[dict]:
+    """ONNX Runtime's CUDA EP through our backend (device-bound I/O), plain and with its CUDA
+    graph, each checked against the CPU EP's action on the same input."""
+    import onnxruntime as ort
+
+    if CUDA_EP not in ort.get_available_providers():
+        return [{"backend": "onnxruntime", "mode": "CUDA EP", "skipped":
+                 f"onnxruntime {ort.__version__} has no CUDA EP here (onnxruntime-gpu)"}]  # fmt: skip
+    with onnx_backend(module, [17], tmp, "mlp") as cpu:
+        expected = cpu.infer(obs)
+    rows = []
+    for graph in (False, True):
+        mode = "CUDA EP, device I/O binding" + (" + CUDA graph" if graph else "")
+        backend = onnx_backend(module, [17], tmp, "mlp", device="cuda", providers=["cuda"],
+                               ep=EpSettings(cuda_graph=graph))  # fmt: skip
+        try:
+            backend.activate()
+        except RuntimeBackendError as exc:  # the provider's libraries did not load
+            rows.append({"backend": "onnxruntime", "mode": mode, "skipped": str(exc)[:300]})
+            continue
+        with backend:
+            diff = float(np.abs(backend.infer(obs) - expected).max())
+            rows.append({"backend": "onnxruntime", "mode": mode,
+                         **time_fn(lambda b=backend: b.infer(obs), iters),
+                         "max_abs_diff_vs_cpu_ep": diff})  # fmt: skip
+    return rows
 
 
 def bench_mlp(iters: int, tmp: Path, cuda: bool) -> list[dict]:
@@ -111,6 +142,7 @@ def bench_mlp(iters: int, tmp: Path, cuda: bool) -> list[dict]:
             {"backend": "torch", "mode": "CPU eager", **time_fn(lambda: b.infer(obs), iters)}
         )
     if cuda:
+        rows += cuda_ep_rows(module, tmp, obs, iters)
         with TorchBackend.from_module(module, [17], "cuda") as b:
             rows.append(
                 {"backend": "torch", "mode": "CUDA eager", **time_fn(lambda: b.infer(obs), iters)}
@@ -351,6 +383,9 @@ def markdown(r: dict) -> str:
         if row["backend"] == "torch" and "eager" in row["mode"]
     }
     for row in r["mlp"]:
+        if "skipped" in row:
+            lines.append(f"| {row['backend']} | {row['mode']} | not run: {row['skipped']} | | |")
+            continue
         dev = "CUDA" if "CUDA" in row["mode"] or "cuda" in row["mode"] else "CPU"
         base = eager.get(dev)
         ratio = f"{row['p50_us'] / base:.2f}×" if base else "—"

@@ -62,6 +62,17 @@ ROWS = {  # PureJaxRL's three settings (its bench.py rows of the same names)
 PATHS = {
     "fused": ["--env-backend", "gpu", "--cuda-graphs", "--set", "ppo.fused=auto"],
     "general": ["--env-backend", "gpu", "--cuda-graphs", "--set", "ppo.fused=off"],
+    # float32 matmuls on the tensor cores (train.matmul=tf32): what JAX's default precision
+    # gives PureJaxRL on these GPUs (jax-ml/jax#18934); only torch's update has matmuls
+    "fused-tf32": [
+        "--env-backend",
+        "gpu",
+        "--cuda-graphs",
+        "--set",
+        "ppo.fused=auto",
+        "--set",
+        "train.matmul=tf32",
+    ],
 }
 
 
@@ -80,7 +91,15 @@ def run_row(args: list[str], device: str, workdir: Path, seed: int = 1,
         return {"error": proc.stderr.strip().splitlines()[-3:], "process_wall_s": wall}
     s = json.loads((out / "summary.json").read_text())
     agents = s.get("num_agents") or 1  # steps count every agent's environment steps
+    startup = s.get("startup") or {}
+    after_loop = None  # the final evaluation, checkpoint, summary, plots and exit
+    if startup.get("total_s") is not None:
+        before_loop = startup["total_s"] - startup["first_iteration_s"]
+        after_loop = round(wall - before_loop - s["wall_time_s"], 3)
     return {
+        "to_first_iteration_s": startup.get("total_s"),
+        "startup": startup,
+        "after_loop_s": after_loop,
         "process_wall_s": round(wall, 3),
         "train_time_s": s["wall_time_s"],
         "total_steps": s["total_steps"] * agents,
@@ -116,6 +135,30 @@ def run_purejaxrl(peer_dir: Path, rows: list[str]) -> dict[str, dict]:
     return out
 
 
+JAX_MATMUL_CHECK = """
+import json, numpy as np, jax, jax.numpy as jnp
+rng = np.random.default_rng(0)
+a, b = rng.standard_normal((512, 64)), rng.standard_normal((64, 64))
+exact = a @ b
+def err(precision):
+    got = np.asarray(jnp.dot(jnp.asarray(a, jnp.float32), jnp.asarray(b, jnp.float32),
+                             precision=precision), np.float64)
+    return float(np.abs(got - exact).max() / np.abs(exact).max())
+print(json.dumps({"device": str(jax.devices()[0]), "default_precision_rel_err": err(None),
+                  "highest_precision_rel_err": err("highest")}))
+"""
+"""How JAX multiplies float32 matrices on this GPU by default: the relative error of its
+default-precision and HIGHEST-precision dot against float64 (TF32 keeps a 10-bit mantissa:
+errors near 1e-3 against float32's 1e-6)."""
+
+
+def jax_matmul_precision() -> dict:
+    proc = subprocess.run([sys.executable, "-c", JAX_MATMUL_CHECK], capture_output=True,
+                          text=True)  # fmt: skip
+    lines = [x for x in proc.stdout.splitlines() if x.startswith("{")]
+    return json.loads(lines[-1]) if lines else {"error": proc.stderr[-300:]}
+
+
 def gpu_suite(rows: list[str], paths: list[str], device: str, peer_dir: Path) -> dict:
     peer = run_purejaxrl(peer_dir, rows)
     results = []
@@ -126,6 +169,10 @@ def gpu_suite(rows: list[str], paths: list[str], device: str, peer_dir: Path) ->
                 if p == "fused":  # first with an empty kernel cache (compile), then with it
                     cache = {**os.environ, "NUMBA_CACHE_DIR": tempfile.mkdtemp(dir=tmp)}
                     ours["fused_cold_cache"] = run_row(ROWS[row] + PATHS[p], device, Path(tmp),
+                                                       env=cache)  # fmt: skip
+                    # The second process still paid seconds in its first iteration on the H200
+                    # (docs/benchmarks/startup_h200.json), the third did not: both are kept.
+                    ours["fused_second_run"] = run_row(ROWS[row] + PATHS[p], device, Path(tmp),
                                                        env=cache)  # fmt: skip
                     ours[p] = run_row(ROWS[row] + PATHS[p], device, Path(tmp), env=cache)
                 else:
@@ -139,6 +186,9 @@ def gpu_suite(rows: list[str], paths: list[str], device: str, peer_dir: Path) ->
                 "purejaxrl_steps_per_s": pj.get("steps_per_s"),
                 "ours_process_wall_s": main.get("process_wall_s"),
                 "ours_process_wall_cold_cache_s": ours.get("fused_cold_cache", {}).get(
+                    "process_wall_s"
+                ),
+                "ours_process_wall_second_run_s": ours.get("fused_second_run", {}).get(
                     "process_wall_s"
                 ),
                 "purejaxrl_compile_s": pj.get("compile_s"),
@@ -155,6 +205,12 @@ def gpu_suite(rows: list[str], paths: list[str], device: str, peer_dir: Path) ->
                 r["wall_vs_purejaxrl_compile_plus_train"] = round(
                     r["ours_process_wall_s"] / total, 3
                 )
+            tf32 = ours.get("fused-tf32", {})
+            if tf32.get("steps_per_s") and r["purejaxrl_steps_per_s"]:
+                r["ours_tf32_steps_per_s"] = tf32["steps_per_s"]
+                r["tf32_steps_per_s_ratio"] = round(
+                    tf32["steps_per_s"] / r["purejaxrl_steps_per_s"], 3
+                )
             if "general" in ours and ours["general"].get("steps_per_s") and main.get("steps_per_s"):
                 r["fused_vs_general_steps_per_s"] = round(
                     main["steps_per_s"] / ours["general"]["steps_per_s"], 2
@@ -166,7 +222,7 @@ def gpu_suite(rows: list[str], paths: list[str], device: str, peer_dir: Path) ->
                         512 * 60 / (pj["compile_s"] + pj["train_s"]), 1
                     )
             results.append(r)
-    return {"rows": results, "purejaxrl": peer}
+    return {"rows": results, "purejaxrl": peer, "jax_matmul": jax_matmul_precision()}
 
 
 def cpu_suite(seeds: int) -> dict:
@@ -208,11 +264,14 @@ def markdown(result: dict) -> str:
     if "rows" in result:
         lines += ["PureJaxRL ran in the same call on the same GPU (its own process, compile and "
                   "train timed apart). Ours: one `orin-rl train` process per row.", "",
-                  "Our fused rows ran twice: first with an empty kernel cache (the kernels "
-                  "compile), then with the cache that run filled (a machine's later runs); the "
-                  "table's wall and rate are the second run's, the cold wall is beside them.", "",
+                  "Our fused rows ran three times: first with an empty kernel cache (the "
+                  "kernels compile), then twice with the cache that run filled; the table's "
+                  "wall and rate are the third run's (a machine's later runs), the first and "
+                  "second walls are beside them (the second still paid seconds in its first "
+                  "iteration: `startup_h200.md`).", "",
                   "| row | our path | ours steps/s (loop) | PureJaxRL steps/s | ratio | "
-                  "our process wall s | cold cache wall s | PureJaxRL compile + train s | "
+                  "our process wall s | cold cache wall s / second run s | "
+                  "PureJaxRL compile + train s | "
                   "ours final eval | PureJaxRL final return | general path steps/s | "
                   "fused / general |",
                   "|---|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
@@ -225,11 +284,39 @@ def markdown(result: dict) -> str:
             lines.append(
                 f"| {r['row']} | {r['ours_path']} | {_n(r['ours_steps_per_s'])} | "
                 f"{_n(r['purejaxrl_steps_per_s'])} | {f'{ratio:.2f}×' if ratio else '—'} | "
-                f"{r['ours_process_wall_s']} | {r.get('ours_process_wall_cold_cache_s') or '—'} | "
+                f"{r['ours_process_wall_s']} | {r.get('ours_process_wall_cold_cache_s') or '—'}"
+                f" / {r.get('ours_process_wall_second_run_s') or '—'} | "
                 f"{comp} | {r['ours_final_eval']} | "
                 f"{r['purejaxrl_final_return']} | {_n(gen.get('steps_per_s'))} | "
                 f"{f'{fg:.2f}×' if fg else '—'} |"
             )
+        lines += ["", "Where our process wall goes (s; summary.json `startup`, the process's "
+                  "start to the end of the first iteration, and what follows the loop: the "
+                  "final evaluation, checkpoint, summary, plots, exit):", "",
+                  "| row | run | to first iteration | of it: process start (imports) | build | "
+                  "first iteration | loop after it | after the loop | process wall |",
+                  "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+        for r in result["rows"]:
+            for name, x in r["runs"].items():
+                st = x.get("startup") or {}
+                if not st:
+                    continue
+                loop = round(x["train_time_s"] - st["first_iteration_s"], 3)
+                lines.append(f"| {r['row']} | {name} | {st['total_s']} | "
+                             f"{st['process_start_s']} | {st['build_s']} | "
+                             f"{st['first_iteration_s']} | {loop} | {x['after_loop_s']} | "
+                             f"{x['process_wall_s']} |")  # fmt: skip
+        jm = result.get("jax_matmul") or {}
+        if "default_precision_rel_err" in jm:
+            lines += ["", f"JAX's float32 dot on {jm['device']}, relative error against "
+                      f"float64: default precision {jm['default_precision_rel_err']:.1e}, "
+                      f"HIGHEST {jm['highest_precision_rel_err']:.1e}."]  # fmt: skip
+        tf32 = [r for r in result["rows"] if "ours_tf32_steps_per_s" in r]
+        if tf32:
+            lines += ["", "With `train.matmul=tf32` (JAX's default precision on Ampere and "
+                      "later GPUs is TF32, jax-ml/jax#18934): " + ", ".join(
+                          f"{r['row']} {_n(r['ours_tf32_steps_per_s'])} steps/s "
+                          f"({r['tf32_steps_per_s_ratio']:.2f}× PureJaxRL)" for r in tf32)]  # fmt: skip
         for r in result["rows"]:
             if "agents_per_minute" in r:
                 lines += ["", f"Agents trained per minute (seeds512, whole process): ours "
