@@ -127,6 +127,10 @@ class PPOConfig:
     logs why not otherwise and falls back to the general path if they fail to compile; ``on``
     demands them (an error names what is missing; on a CPU box in Numba's CUDA simulator);
     ``off`` keeps the general path (docs/fused.md)."""
+    compile_update: bool = False
+    """``torch.compile`` the update's minibatch loss (forward, losses, backward) as one graph:
+    the kernels around the matmuls fuse. Compile time at the first update, for big minibatches
+    (thousands of envs: docs/fused.md). fp32 only; the rollout (fused or not) is unchanged."""
 
 
 @dataclass
@@ -515,6 +519,8 @@ def validate(cfg: Config) -> None:
         check_wrapper(f"env.wrappers[{i}]", wrapper)
     if any(h <= 0 for h in cfg.ppo.hidden_sizes) or not cfg.ppo.hidden_sizes:
         raise ConfigError(f"ppo.hidden_sizes: need positive widths, got {cfg.ppo.hidden_sizes}")
+    if cfg.ppo.compile_update and (precision := cfg.train.precision) != "fp32":
+        raise ConfigError(f"ppo.compile_update: needs train.precision=fp32, not {precision}")
     for section in ("sac", "dqn"):
         sub = getattr(cfg, section)
         for name in ("buffer_size", "batch_size", "train_freq", "gradient_steps"):

@@ -53,6 +53,12 @@ def test_bad_overrides_name_the_key(override, message):
         C.apply_overrides(C.Config(), [override])
 
 
+def test_compiled_update_needs_fp32():
+    with pytest.raises(C.ConfigError, match=r"ppo\.compile_update: needs train\.precision=fp32"):
+        C.apply_overrides(C.Config(), ["ppo.compile_update=true", "train.precision=bf16"])
+    assert C.apply_overrides(C.Config(), ["ppo.compile_update=true"]).ppo.compile_update
+
+
 @pytest.mark.parametrize("option", ["ppo.rsl_rl=true", "ppo.target_kl=0.02"])
 def test_single_agent_options_are_refused_with_many_agents(option):
     with pytest.raises(C.ConfigError, match=f"{option.split('=')[0]}: not supported"):

@@ -152,6 +152,8 @@ def _dims(spec: Any) -> tuple[int, int, int, int]:
 def update_blocker(cfg: Any, spec: Any) -> str | None:
     """Why the update stays torch's even when the rollout is fused (None: fused too)."""
     minibatch = cfg.ppo.num_steps * cfg.env.num_envs // cfg.ppo.num_minibatches
+    if cfg.ppo.compile_update:
+        return "ppo.compile_update asks for torch's update, compiled"
     if minibatch > MAX_FUSED_MINIBATCH:
         return (
             f"a minibatch of {minibatch} samples per agent (> {MAX_FUSED_MINIBATCH}): torch's "

@@ -6,6 +6,7 @@ The trainer calls four verbs and nothing else: ``act``, ``process_env_step``,
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import torch
@@ -54,6 +55,17 @@ def approx_kl(logprobs: torch.Tensor, old_logprobs: torch.Tensor) -> torch.Tenso
 
 
 LOSS_NAMES = ("policy", "value", "entropy", "approx_kl", "clip_fraction")
+
+
+def compile_in_process() -> None:
+    """Inductor compiles in this process unless TORCHINDUCTOR_COMPILE_THREADS says otherwise:
+    its worker pool (one process per core, each importing torch) cost the H200 8.3 s after the
+    training loop against 3.0 s without it, for a loss of a few dozen kernels
+    (docs/benchmarks/vs_purejaxrl_envs4096_h200.json)."""
+    if "TORCHINDUCTOR_COMPILE_THREADS" not in os.environ:
+        import torch._inductor.config as inductor_config
+
+        inductor_config.compile_threads = 1
 
 
 class PPO:
@@ -109,6 +121,12 @@ class PPO:
         self.transition = Transition()
         self._loss_sums = torch.zeros(len(LOSS_NAMES), device=device)
         self._params = list(policy.parameters())
+        self._losses = self.minibatch_losses
+        if cfg.compile_update:  # validated: fp32 only, so no autocast inside the graph
+            self._losses = torch.compile(
+                self.minibatch_losses, backend=self.compile_backend, fullgraph=True, dynamic=False
+            )
+            compile_in_process()
         self.value_all_final_obs = False
         """Value every final observation and select (no boolean indexing), even on the CPU."""
         self.reward_normalizer = (
@@ -273,33 +291,52 @@ class PPO:
             return
         nn.utils.clip_grad_norm_(self.policy.parameters(), self.cfg.max_grad_norm)
 
-    def _minibatch_step(self, mb) -> tuple[torch.Tensor, ...]:
-        """One gradient step on a minibatch (fields as in ``Batch``); returns the loss terms."""
+    compile_backend = "inductor"
+    """torch.compile's backend for ``ppo.compile_update`` (tests on a CPU box: aot_eager)."""
+
+    def minibatch_losses(
+        self,
+        obs: torch.Tensor,
+        actions: torch.Tensor,
+        old_logprobs: torch.Tensor,
+        advantages: torch.Tensor,
+        old_values: torch.Tensor,
+        returns: torch.Tensor,
+    ) -> tuple[torch.Tensor, ...]:
+        """(loss, policy loss, value loss, entropy, approx KL, clip fraction) of a minibatch;
+        only ``loss`` carries gradients. Tensors in, tensors out: ``torch.compile`` takes it
+        whole (``ppo.compile_update``)."""
         cfg = self.cfg
         with self.autocast:  # the heads come back fp32 (ActorCritic), the losses stay fp32
-            logprobs, entropy, values = self.policy.evaluate(mb.obs, mb.actions)
-        # mb.advantages were normalised over the whole rollout in compute_returns when asked.
-        pg_loss = clipped_surrogate_loss(logprobs, mb.logprobs, mb.advantages, cfg.clip_coef)
+            logprobs, entropy, values = self.policy.evaluate(obs, actions)
+        # advantages were normalised over the whole rollout in compute_returns when asked.
+        pg_loss = clipped_surrogate_loss(logprobs, old_logprobs, advantages, cfg.clip_coef)
         v_loss = value_loss(
-            values, mb.values, mb.returns, cfg.clip_coef if cfg.clip_value_loss else None
+            values, old_values, returns, cfg.clip_coef if cfg.clip_value_loss else None
         )
         ent = entropy.mean()
-        if cfg.desired_kl is not None:  # before the step, from this forward pass (rsl_rl)
-            with torch.no_grad():
-                self._adapt_learning_rate(approx_kl(logprobs, mb.logprobs))
         loss = self.loss_scale * (pg_loss - cfg.ent_coef * ent + cfg.vf_coef * v_loss)
-        # A captured graph keeps its gradient tensors: zero them in place instead of freeing.
-        self.optimizer.zero_grad(set_to_none=not self.capturable)
+        with torch.no_grad():
+            kl = approx_kl(logprobs, old_logprobs)
+            clip_frac = ((logprobs - old_logprobs).exp().sub(1.0).abs() > cfg.clip_coef).float()
+        return loss, pg_loss.detach(), v_loss.detach(), ent.detach(), kl, clip_frac.mean()
+
+    def _minibatch_step(self, mb) -> tuple[torch.Tensor, ...]:
+        """One gradient step on a minibatch (fields as in ``Batch``); returns the loss terms."""
+        loss, pg_loss, v_loss, ent, kl, clip_frac = self._losses(
+            mb.obs, mb.actions, mb.logprobs, mb.advantages, mb.values, mb.returns
+        )
+        if self.cfg.desired_kl is not None:  # before the step, from this forward pass (rsl_rl)
+            self._adapt_learning_rate(kl)
+        # None, not zeros: backward then writes the gradients (no fill and no accumulate kernel
+        # per parameter); under CUDA graph capture it allocates them from the graph's private
+        # pool, as torch's whole-network capture recipe does.
+        self.optimizer.zero_grad(set_to_none=True)
         self.scaler.scale(loss).backward()
         self.scaler.unscale_(self.optimizer)  # clip the true gradients
         self.clip_gradients()
         self.scaler.step(self.optimizer)  # fused Adam skips the step on inf/NaN, no host read
         self.scaler.update()
-        with torch.no_grad():
-            kl = approx_kl(logprobs, mb.logprobs)
-            clip_frac = (
-                ((logprobs - mb.logprobs).exp().sub(1.0).abs() > cfg.clip_coef).float().mean()
-            )
         return pg_loss, v_loss, ent, kl, clip_frac
 
     def _adapt_learning_rate(self, kl: torch.Tensor) -> None:

@@ -330,6 +330,9 @@ def test_blocker_names_what_is_missing():
     assert "131072 samples per agent" in fused.update_blocker(cfg, spec)
     cfg.env.num_envs = 4
     assert fused.update_blocker(cfg, spec) is None
+    cfg.ppo.compile_update = True  # torch's update, compiled, behind the fused rollout
+    assert "compile_update" in fused.update_blocker(cfg, spec)
+    assert fused.blocker(cfg, env, policy, cuda, False) is None
 
 
 def test_kernels_compile_uncached_where_numba_cannot_cache(rng, monkeypatch, caplog):

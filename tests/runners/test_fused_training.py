@@ -107,6 +107,27 @@ def test_big_minibatches_keep_torchs_update(tmp_path, small_threads, monkeypatch
     assert trainer_mod  # the module under test
 
 
+@pytest.mark.gpu
+def test_a_compiled_update_is_captured_and_steps_as_the_eager_one(tmp_path, monkeypatch):
+    """ppo.compile_update behind the fused rollout, the iteration in one CUDA graph: inductor's
+    kernels are captured and replayed, and the losses follow torch's eager update's (the first
+    iteration's to float32 rounding: inductor sums in another order)."""
+    monkeypatch.setattr(fused, "MAX_FUSED_MINIBATCH", 64)  # torch's update in both runs
+    runs = {}
+    for compiled in (False, True):
+        cfg = _cfg(**{"ppo.compile_update": compiled, "train.cuda_graphs": True,
+                      "env.num_envs": 64, "ppo.num_steps": 32, "ppo.num_minibatches": 2,
+                      "ppo.hidden_sizes": [64, 64], "train.total_steps": 64 * 32 * 4})  # fmt: skip
+        summary = train(cfg, tmp_path / f"run{compiled}", progress=False)
+        assert summary["fused"] == "rollout" and summary["cuda_graphs"]
+        runs[compiled] = read_metrics(tmp_path / f"run{compiled}" / "metrics.jsonl")
+    eager, comp = runs[False], runs[True]
+    assert [r["global_step"] for r in comp] == [r["global_step"] for r in eager]
+    for key in ("losses/policy", "losses/value", "losses/entropy", "losses/approx_kl"):
+        assert comp[0][key] == pytest.approx(eager[0][key], rel=1e-3, abs=1e-6), key
+        assert all(math.isfinite(r[key]) for r in comp)
+
+
 @pytest.mark.parametrize("broken", ["rollout", "launch_update", "after_the_update"])
 def test_auto_falls_back_to_the_general_path_when_the_kernels_fail(tmp_path, monkeypatch,
                                                                    caplog, broken):  # fmt: skip
