@@ -113,6 +113,11 @@ def cuda_ep_rows(module, tmp: Path, obs: np.ndarray, iters: int) -> list[dict]:
             rows.append({"backend": "onnxruntime", "mode": mode,
                          **time_fn(lambda b=backend: b.infer(obs), iters),
                          "max_abs_diff_vs_cpu_ep": diff})  # fmt: skip
+            if not graph:  # ORT's own host-array path on the same CUDA session, for contrast
+                sess, name = backend.session, backend._input
+                rows.append({"backend": "onnxruntime", "mode": "CUDA EP, bare session.run "
+                             "(host arrays)", **time_fn(lambda s=sess, n=name: s.run(None, {n: obs}),
+                                                       iters)})  # fmt: skip
     return rows
 
 

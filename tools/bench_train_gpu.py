@@ -7,9 +7,10 @@ ent 0.01, gamma 0.99, lambda 0.95, grad clip 0.5), on the fused kernels (``ppo.f
 and on the general path (``ppo.fused=off``, CUDA graphs). Our process wall is the whole process:
 interpreter start-up, imports, CUDA context, kernel compile / graph capture, training and the
 final 20-episode evaluation on gymnasium's CartPole. ``ours_steps_per_s`` is the training loop's
-rate from the run's summary (first-iteration compile included). A fused row runs twice: with an
-empty Numba kernel cache (``NUMBA_CACHE_DIR`` in a fresh folder: the kernels compile) and then
-with the cache that run filled, as a machine's later runs find it; both walls are reported.
+rate from the run's summary (first-iteration compile included). A row's runs share kernel
+caches that are empty at its start (Numba's, inductor's and Triton's, in fresh folders); the
+first fused run and the first compiled run fill them (their walls are reported as cold-cache
+walls), the later ones find them, as a machine's later runs do.
 
 PureJaxRL (``../shared/peers/purejaxrl``, copied to ``.peers-purejaxrl``: its ppo.py unmodified
 and a timing script) runs first, in its own process: compile and train timed apart.
@@ -73,7 +74,25 @@ PATHS = {
         "--set",
         "train.matmul=tf32",
     ],
+    # the fused rollout, torch's update compiled (ppo.compile_update) on the tensor cores
+    "fused-compile-tf32": [
+        "--env-backend",
+        "gpu",
+        "--cuda-graphs",
+        "--set",
+        "ppo.fused=auto",
+        "--set",
+        "ppo.compile_update=true",
+        "--set",
+        "train.matmul=tf32",
+    ],
 }
+PATHS["fused-compile-tf32-pool"] = PATHS["fused-compile-tf32"]
+PATH_ENV = {"fused-compile-tf32-pool": {"TORCHINDUCTOR_COMPILE_THREADS": str(os.cpu_count())}}
+"""The same run with inductor's worker pool (ppo.compile_in_process turns it off by default)."""
+PATH_ROWS = {"fused-compile-tf32": {"envs4096"}, "fused-compile-tf32-pool": {"envs4096"}}
+"""Paths run on some rows only: a compiled torch update replaces the fused update kernels
+where they apply (minibatches up to fused.MAX_FUSED_MINIBATCH), so only envs4096 takes it."""
 
 
 def run_row(args: list[str], device: str, workdir: Path, seed: int = 1,
@@ -93,9 +112,15 @@ def run_row(args: list[str], device: str, workdir: Path, seed: int = 1,
     agents = s.get("num_agents") or 1  # steps count every agent's environment steps
     startup = s.get("startup") or {}
     after_loop = None  # the final evaluation, checkpoint, summary, plots and exit
+    loop_rate = None  # after the first iteration (compile, warm-up, capture): PureJaxRL's
+    # train_s leaves its compile out the same way
     if startup.get("total_s") is not None:
         before_loop = startup["total_s"] - startup["first_iteration_s"]
         after_loop = round(wall - before_loop - s["wall_time_s"], 3)
+        loop_s = s["wall_time_s"] - startup["first_iteration_s"]
+        if s.get("iterations", 0) > 1 and loop_s > 0:
+            per_iteration = s["total_steps"] * agents / s["iterations"]
+            loop_rate = round(per_iteration * (s["iterations"] - 1) / loop_s)
     return {
         "to_first_iteration_s": startup.get("total_s"),
         "startup": startup,
@@ -104,6 +129,8 @@ def run_row(args: list[str], device: str, workdir: Path, seed: int = 1,
         "train_time_s": s["wall_time_s"],
         "total_steps": s["total_steps"] * agents,
         "steps_per_s": round(s["steps_per_s"] * agents),
+        "loop_steps_per_s": loop_rate,
+        "eval_time_s": s.get("eval_time_s"),
         "final_eval_mean": s["eval_return_mean"],
         "fused": s.get("fused"),
         "cuda_graphs": s["cuda_graphs"],
@@ -159,24 +186,35 @@ def jax_matmul_precision() -> dict:
     return json.loads(lines[-1]) if lines else {"error": proc.stderr[-300:]}
 
 
-def gpu_suite(rows: list[str], paths: list[str], device: str, peer_dir: Path) -> dict:
+def gpu_suite(rows: list[str], paths: list[str], device: str, peer_dir: Path,
+              on_row=None) -> dict:  # fmt: skip
+    """PureJaxRL, then our rows; ``on_row(results so far)`` after each row (a run cut short
+    by a time limit keeps the rows it finished)."""
     peer = run_purejaxrl(peer_dir, rows)
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         for row in tqdm(rows, desc="rows"):
             ours = {}
+            # Kernel caches of this row's runs, empty at its start: Numba's, inductor's, Triton's
+            cache = {**os.environ, **{k: tempfile.mkdtemp(dir=tmp) for k in (
+                "NUMBA_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")}}  # fmt: skip
+            compiled_once = False
             for p in paths:
+                if p in PATH_ROWS and row not in PATH_ROWS[p]:
+                    continue
+                env = {**cache, **PATH_ENV.get(p, {})}
                 if p == "fused":  # first with an empty kernel cache (compile), then with it
-                    cache = {**os.environ, "NUMBA_CACHE_DIR": tempfile.mkdtemp(dir=tmp)}
                     ours["fused_cold_cache"] = run_row(ROWS[row] + PATHS[p], device, Path(tmp),
-                                                       env=cache)  # fmt: skip
+                                                       env=env)  # fmt: skip
                     # The second process still paid seconds in its first iteration on the H200
                     # (docs/benchmarks/startup_h200.json), the third did not: both are kept.
                     ours["fused_second_run"] = run_row(ROWS[row] + PATHS[p], device, Path(tmp),
-                                                       env=cache)  # fmt: skip
-                    ours[p] = run_row(ROWS[row] + PATHS[p], device, Path(tmp), env=cache)
-                else:
-                    ours[p] = run_row(ROWS[row] + PATHS[p], device, Path(tmp))
+                                                       env=env)  # fmt: skip
+                elif "compile" in p and not compiled_once:  # inductor's cache empty: compiles
+                    ours[f"{p}_cold_cache"] = run_row(ROWS[row] + PATHS[p], device, Path(tmp),
+                                                      env=env)  # fmt: skip
+                    compiled_once = True
+                ours[p] = run_row(ROWS[row] + PATHS[p], device, Path(tmp), env=env)
             main = ours.get("fused") or next(iter(ours.values()))
             pj = peer.get(row, {})
             r = {
@@ -211,6 +249,18 @@ def gpu_suite(rows: list[str], paths: list[str], device: str, peer_dir: Path) ->
                 r["tf32_steps_per_s_ratio"] = round(
                     tf32["steps_per_s"] / r["purejaxrl_steps_per_s"], 3
                 )
+            if main.get("loop_steps_per_s") and r["purejaxrl_steps_per_s"]:
+                # both without their first-iteration / compile cost
+                r["ours_loop_steps_per_s"] = main["loop_steps_per_s"]
+                r["loop_steps_per_s_ratio"] = round(
+                    main["loop_steps_per_s"] / r["purejaxrl_steps_per_s"], 3
+                )
+            comp = ours.get("fused-compile-tf32", {})
+            if comp.get("steps_per_s") and r["purejaxrl_steps_per_s"]:
+                r["ours_compile_tf32_steps_per_s"] = comp["steps_per_s"]
+                r["compile_tf32_steps_per_s_ratio"] = round(
+                    comp["steps_per_s"] / r["purejaxrl_steps_per_s"], 3
+                )
             if "general" in ours and ours["general"].get("steps_per_s") and main.get("steps_per_s"):
                 r["fused_vs_general_steps_per_s"] = round(
                     main["steps_per_s"] / ours["general"]["steps_per_s"], 2
@@ -222,6 +272,8 @@ def gpu_suite(rows: list[str], paths: list[str], device: str, peer_dir: Path) ->
                         512 * 60 / (pj["compile_s"] + pj["train_s"]), 1
                     )
             results.append(r)
+            if on_row is not None:
+                on_row({"rows": results, "purejaxrl": peer})
     return {"rows": results, "purejaxrl": peer, "jax_matmul": jax_matmul_precision()}
 
 
@@ -269,7 +321,7 @@ def markdown(result: dict) -> str:
                   "wall and rate are the third run's (a machine's later runs), the first and "
                   "second walls are beside them (the second still paid seconds in its first "
                   "iteration: `startup_h200.md`).", "",
-                  "| row | our path | ours steps/s (loop) | PureJaxRL steps/s | ratio | "
+                  "| row | our path | ours steps/s (first iteration in) | PureJaxRL steps/s | ratio | "
                   "our process wall s | cold cache wall s / second run s | "
                   "PureJaxRL compile + train s | "
                   "ours final eval | PureJaxRL final return | general path steps/s | "
@@ -294,8 +346,8 @@ def markdown(result: dict) -> str:
                   "start to the end of the first iteration, and what follows the loop: the "
                   "final evaluation, checkpoint, summary, plots, exit):", "",
                   "| row | run | to first iteration | of it: process start (imports) | build | "
-                  "first iteration | loop after it | after the loop | process wall |",
-                  "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+                  "first iteration | loop after it | its steps/s | after the loop | of it: "
+                  "evaluation | process wall |", "|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
         for r in result["rows"]:
             for name, x in r["runs"].items():
                 st = x.get("startup") or {}
@@ -304,13 +356,28 @@ def markdown(result: dict) -> str:
                 loop = round(x["train_time_s"] - st["first_iteration_s"], 3)
                 lines.append(f"| {r['row']} | {name} | {st['total_s']} | "
                              f"{st['process_start_s']} | {st['build_s']} | "
-                             f"{st['first_iteration_s']} | {loop} | {x['after_loop_s']} | "
+                             f"{st['first_iteration_s']} | {loop} | "
+                             f"{_n(x.get('loop_steps_per_s'))} | {x['after_loop_s']} | "
+                             f"{x.get('eval_time_s', '—')} | "
                              f"{x['process_wall_s']} |")  # fmt: skip
         jm = result.get("jax_matmul") or {}
         if "default_precision_rel_err" in jm:
             lines += ["", f"JAX's float32 dot on {jm['device']}, relative error against "
                       f"float64: default precision {jm['default_precision_rel_err']:.1e}, "
                       f"HIGHEST {jm['highest_precision_rel_err']:.1e}."]  # fmt: skip
+        loop = [r for r in result["rows"] if "ours_loop_steps_per_s" in r]
+        if loop:
+            lines += ["", "Rates without the first iteration (ours: the loop after it, kernel "
+                      "compile, warm-up and capture left out; PureJaxRL's train_s leaves its "
+                      "compile out): " + ", ".join(
+                          f"{r['row']} {_n(r['ours_loop_steps_per_s'])} steps/s "
+                          f"({r['loop_steps_per_s_ratio']:.2f}× PureJaxRL)" for r in loop)]  # fmt: skip
+        comp = [r for r in result["rows"] if "ours_compile_tf32_steps_per_s" in r]
+        if comp:
+            lines += ["", "With `ppo.compile_update=true train.matmul=tf32` (torch's update "
+                      "compiled, TF32 matmuls): " + ", ".join(
+                          f"{r['row']} {_n(r['ours_compile_tf32_steps_per_s'])} steps/s "
+                          f"({r['compile_tf32_steps_per_s_ratio']:.2f}× PureJaxRL)" for r in comp)]  # fmt: skip
         tf32 = [r for r in result["rows"] if "ours_tf32_steps_per_s" in r]
         if tf32:
             lines += ["", "With `train.matmul=tf32` (JAX's default precision on Ampere and "
@@ -346,9 +413,13 @@ def main(args) -> None:
     device = "cuda" if torch.cuda.is_available() else "cpu"
     if device == "cuda":
         rows = args.rows.split(",")
-        result = gpu_suite(rows, args.paths.split(","), device, args.peer_dir)
-        gpu = torch.cuda.get_device_name(0)
         name = args.name if args.name != "train_cpu" else "vs_purejaxrl_h200"
+        partial = args.out / f"{name}.partial.json"
+        args.out.mkdir(parents=True, exist_ok=True)
+        result = gpu_suite(rows, args.paths.split(","), device, args.peer_dir,
+                           on_row=lambda r: partial.write_text(json.dumps(r, indent=2) + "\n"))  # fmt: skip
+        partial.unlink(missing_ok=True)
+        gpu = torch.cuda.get_device_name(0)
     else:
         result = cpu_suite(args.seeds)
         gpu = "no GPU"

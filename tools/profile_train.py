@@ -40,7 +40,8 @@ from orin_rl.runners.on_policy import OnPolicyRunner  # noqa: E402
 ROWS = {"single": (4, 1), "envs4096": (4096, 1), "seeds512": (4, 512)}
 
 
-def make_trainer(num_envs: int, agents: int, fused: str, graphs: bool, tmp: Path) -> OnPolicyRunner:
+def make_trainer(num_envs: int, agents: int, fused: str, graphs: bool, tmp: Path,
+                 overrides: list[str] = ()) -> OnPolicyRunner:  # fmt: skip
     cfg = config_mod.apply_overrides(Config(), PUREJAXRL_PPO)
     for key, value in {
         "env.env_id": "CartPole-v1", "env.backend": "gpu", "env.num_envs": num_envs,
@@ -48,6 +49,7 @@ def make_trainer(num_envs: int, agents: int, fused: str, graphs: bool, tmp: Path
         "train.total_steps": 10**9, "ppo.fused": fused,
     }.items():  # fmt: skip
         config_mod.set_value(cfg, key, value)
+    cfg = config_mod.apply_overrides(cfg, list(overrides))  # --set, last: they win
     return OnPolicyRunner(cfg, tmp / f"run-{time.monotonic_ns()}", progress=False)
 
 
@@ -134,14 +136,18 @@ def graph_iteration_ms(t: OnPolicyRunner) -> float:
     return round(timed_ms(replay, 20), 3)
 
 
-def fused_iteration(t: OnPolicyRunner) -> dict:
+def fused_iteration(t: OnPolicyRunner, top_n: int = 6) -> dict:
     assert t.fused is not None, "the fused path did not apply"
     t.env.reset(seed=0)
+    start = time.perf_counter()
     for _ in range(2):
         t._iterate(None)  # compile (and capture, with torch's update in a graph)
+    torch.cuda.synchronize()
+    first_two_s = time.perf_counter() - start
     n, device_ms, per_name = profiled(lambda: t._iterate(None))
-    top = sorted(per_name.items(), key=lambda kv: -kv[1])[:6]
+    top = sorted(per_name.items(), key=lambda kv: -kv[1])[:top_n]
     return {
+        "first_two_iterations_s": round(first_two_s, 3),  # kernel compile, warm-up, capture
         "path": t._fused_path(),
         "cuda_graph": t._graph is not None,
         "gpu_ops": n,
@@ -161,6 +167,10 @@ def main() -> None:
     parser.add_argument("--max-fused-minibatch", type=int, default=None,
                         help="fused: take the update kernels up to this many samples per agent "
                              f"(default {fused.MAX_FUSED_MINIBATCH})")  # fmt: skip
+    parser.add_argument("--set", dest="overrides", action="append", default=[],
+                        metavar="KEY=VALUE", help="config override for every trainer, e.g. "
+                        "ppo.compile_update=true or train.matmul=tf32 (repeatable)")  # fmt: skip
+    parser.add_argument("--top", type=int, default=6, help="kernels listed per fused row")
     args = parser.parse_args()
     if args.max_fused_minibatch:
         fused.MAX_FUSED_MINIBATCH = args.max_fused_minibatch
@@ -175,15 +185,19 @@ def main() -> None:
             r: dict = {"steps_per_iteration": steps}
             paths = args.paths.split(",")
             if "general" in paths:
-                r["general_eager"] = general_phases(make_trainer(envs, agents, "off", False, tmp))
+                r["general_eager"] = general_phases(
+                    make_trainer(envs, agents, "off", False, tmp, args.overrides)
+                )
                 r["general_graph_iteration_ms"] = graph_iteration_ms(
-                    make_trainer(envs, agents, "off", True, tmp)
+                    make_trainer(envs, agents, "off", True, tmp, args.overrides)
                 )
                 r["general_graph_steps_per_s"] = round(
                     steps / r["general_graph_iteration_ms"] * 1e3
                 )
             if "fused" in paths:
-                r["fused"] = fused_iteration(make_trainer(envs, agents, "auto", True, tmp))
+                r["fused"] = fused_iteration(
+                    make_trainer(envs, agents, "auto", True, tmp, args.overrides), args.top
+                )
                 r["fused_steps_per_s"] = round(steps / r["fused"]["iteration_ms"] * 1e3)
             rows[row] = r
             print(row, json.dumps(r), flush=True)
@@ -193,6 +207,7 @@ def main() -> None:
         "machine": f"{torch.cuda.get_device_name(0)}; {platform.machine()}",
         "torch": torch.__version__,
         "command": "python tools/profile_train.py " + " ".join(sys.argv[1:]),
+        "overrides": args.overrides,
         "rows": rows,
     }
     args.out.mkdir(parents=True, exist_ok=True)
