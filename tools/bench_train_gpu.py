@@ -130,7 +130,6 @@ def run_row(args: list[str], device: str, workdir: Path, seed: int = 1,
         "total_steps": s["total_steps"] * agents,
         "steps_per_s": round(s["steps_per_s"] * agents),
         "loop_steps_per_s": loop_rate,
-        "eval_time_s": s.get("eval_time_s"),
         "final_eval_mean": s["eval_return_mean"],
         "fused": s.get("fused"),
         "cuda_graphs": s["cuda_graphs"],
@@ -243,24 +242,18 @@ def gpu_suite(rows: list[str], paths: list[str], device: str, peer_dir: Path,
                 r["wall_vs_purejaxrl_compile_plus_train"] = round(
                     r["ours_process_wall_s"] / total, 3
                 )
-            tf32 = ours.get("fused-tf32", {})
-            if tf32.get("steps_per_s") and r["purejaxrl_steps_per_s"]:
-                r["ours_tf32_steps_per_s"] = tf32["steps_per_s"]
-                r["tf32_steps_per_s_ratio"] = round(
-                    tf32["steps_per_s"] / r["purejaxrl_steps_per_s"], 3
-                )
-            if main.get("loop_steps_per_s") and r["purejaxrl_steps_per_s"]:
-                # both without their first-iteration / compile cost
-                r["ours_loop_steps_per_s"] = main["loop_steps_per_s"]
-                r["loop_steps_per_s_ratio"] = round(
-                    main["loop_steps_per_s"] / r["purejaxrl_steps_per_s"], 3
-                )
-            comp = ours.get("fused-compile-tf32", {})
-            if comp.get("steps_per_s") and r["purejaxrl_steps_per_s"]:
-                r["ours_compile_tf32_steps_per_s"] = comp["steps_per_s"]
-                r["compile_tf32_steps_per_s_ratio"] = round(
-                    comp["steps_per_s"] / r["purejaxrl_steps_per_s"], 3
-                )
+            # Other rates against PureJaxRL's: (key prefix, our run, its rate); "loop" rates
+            # leave out the first iteration, as PureJaxRL's train_s leaves out its compile.
+            for prefix, run, key in (
+                ("tf32", "fused-tf32", "steps_per_s"),
+                ("loop", None, "loop_steps_per_s"),
+                ("compile_tf32", "fused-compile-tf32", "steps_per_s"),
+                ("compile_tf32_loop", "fused-compile-tf32", "loop_steps_per_s"),
+            ):
+                value = (ours.get(run, {}) if run else main).get(key)
+                if value and r["purejaxrl_steps_per_s"]:
+                    r[f"ours_{prefix}_steps_per_s"] = value
+                    r[f"{prefix}_steps_per_s_ratio"] = round(value / r["purejaxrl_steps_per_s"], 3)
             if "general" in ours and ours["general"].get("steps_per_s") and main.get("steps_per_s"):
                 r["fused_vs_general_steps_per_s"] = round(
                     main["steps_per_s"] / ours["general"]["steps_per_s"], 2
@@ -346,8 +339,8 @@ def markdown(result: dict) -> str:
                   "start to the end of the first iteration, and what follows the loop: the "
                   "final evaluation, checkpoint, summary, plots, exit):", "",
                   "| row | run | to first iteration | of it: process start (imports) | build | "
-                  "first iteration | loop after it | its steps/s | after the loop | of it: "
-                  "evaluation | process wall |", "|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+                  "first iteration | loop after it | its steps/s | after the loop | "
+                  "process wall |", "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
         for r in result["rows"]:
             for name, x in r["runs"].items():
                 st = x.get("startup") or {}
@@ -358,32 +351,14 @@ def markdown(result: dict) -> str:
                              f"{st['process_start_s']} | {st['build_s']} | "
                              f"{st['first_iteration_s']} | {loop} | "
                              f"{_n(x.get('loop_steps_per_s'))} | {x['after_loop_s']} | "
-                             f"{x.get('eval_time_s', '—')} | "
                              f"{x['process_wall_s']} |")  # fmt: skip
         jm = result.get("jax_matmul") or {}
         if "default_precision_rel_err" in jm:
             lines += ["", f"JAX's float32 dot on {jm['device']}, relative error against "
                       f"float64: default precision {jm['default_precision_rel_err']:.1e}, "
                       f"HIGHEST {jm['highest_precision_rel_err']:.1e}."]  # fmt: skip
-        loop = [r for r in result["rows"] if "ours_loop_steps_per_s" in r]
-        if loop:
-            lines += ["", "Rates without the first iteration (ours: the loop after it, kernel "
-                      "compile, warm-up and capture left out; PureJaxRL's train_s leaves its "
-                      "compile out): " + ", ".join(
-                          f"{r['row']} {_n(r['ours_loop_steps_per_s'])} steps/s "
-                          f"({r['loop_steps_per_s_ratio']:.2f}× PureJaxRL)" for r in loop)]  # fmt: skip
-        comp = [r for r in result["rows"] if "ours_compile_tf32_steps_per_s" in r]
-        if comp:
-            lines += ["", "With `ppo.compile_update=true train.matmul=tf32` (torch's update "
-                      "compiled, TF32 matmuls): " + ", ".join(
-                          f"{r['row']} {_n(r['ours_compile_tf32_steps_per_s'])} steps/s "
-                          f"({r['compile_tf32_steps_per_s_ratio']:.2f}× PureJaxRL)" for r in comp)]  # fmt: skip
-        tf32 = [r for r in result["rows"] if "ours_tf32_steps_per_s" in r]
-        if tf32:
-            lines += ["", "With `train.matmul=tf32` (JAX's default precision on Ampere and "
-                      "later GPUs is TF32, jax-ml/jax#18934): " + ", ".join(
-                          f"{r['row']} {_n(r['ours_tf32_steps_per_s'])} steps/s "
-                          f"({r['tf32_steps_per_s_ratio']:.2f}× PureJaxRL)" for r in tf32)]  # fmt: skip
+        for prefix, intro in RATE_LINES:
+            lines += _rate_line(result["rows"], prefix, intro)
         for r in result["rows"]:
             if "agents_per_minute" in r:
                 lines += ["", f"Agents trained per minute (seeds512, whole process): ours "
@@ -403,6 +378,27 @@ def markdown(result: dict) -> str:
                          f"{s[k]['median_steps_per_s']:,} |")  # fmt: skip
         lines += ["", f"steps/s ratio gpu / gym: {result['steps_per_s_ratio_gpu_vs_gym']:.2f}×"]
     return "\n".join(lines) + "\n"
+
+
+RATE_LINES = (
+    ("loop", "Rates without the first iteration (ours: the loop after it, kernel compile, "
+     "warm-up and capture left out; PureJaxRL's train_s leaves its compile out)"),
+    ("compile_tf32", "With `ppo.compile_update=true train.matmul=tf32` (torch's update "
+     "compiled, TF32 matmuls), whole loop"),
+    ("compile_tf32_loop", "The same after its first iteration"),
+    ("tf32", "With `train.matmul=tf32` (JAX's default precision on Ampere and later GPUs is "
+     "TF32, jax-ml/jax#18934)"),
+)  # fmt: skip
+
+
+def _rate_line(rows: list[dict], prefix: str, intro: str) -> list[str]:
+    """One sentence: each row's ``ours_<prefix>_steps_per_s`` and its ratio to PureJaxRL."""
+    have = [r for r in rows if f"ours_{prefix}_steps_per_s" in r]
+    if not have:
+        return []
+    rates = ", ".join(f"{r['row']} {_n(r[f'ours_{prefix}_steps_per_s'])} steps/s "
+                      f"({r[f'{prefix}_steps_per_s_ratio']:.2f}× PureJaxRL)" for r in have)  # fmt: skip
+    return ["", f"{intro}: {rates}"]
 
 
 def _n(value) -> str:
