@@ -15,6 +15,7 @@ import torch
 
 from orin_rl.buffers import PrioritizedReplayBuffer, ReplayBuffer
 from orin_rl.buffers.replay import ReplayBatch
+from orin_rl.capture import capture
 from orin_rl.envs import StepResult
 from orin_rl.models import PolicySpec
 
@@ -215,7 +216,7 @@ class OffPolicyAlgorithm:
         torch.cuda.current_stream(self.device).wait_stream(side)
         graph = torch.cuda.CUDAGraph()
         try:
-            with torch.cuda.graph(graph):
+            with capture(graph):  # a failure leaves torch's generators as found
                 self._static_out = torch.stack(self._step(static_batch))
         except Exception as exc:  # slower, not wrong
             log.warning("CUDA graph capture of the update failed (%s); running eagerly", exc)

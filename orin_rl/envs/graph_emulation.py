@@ -17,12 +17,15 @@ at it, and it does not model CUDA's streams.
 from __future__ import annotations
 
 import contextlib
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
+
+from orin_rl.capture import emulate_failed_capture
 
 _HOST_READS = {
     torch.ops.aten._local_scalar_dense.default,  # .item(), bool(), int() of a tensor
@@ -34,7 +37,76 @@ _HOST_READS = {
     torch.ops.aten.unique_consecutive.default,
     torch.ops.aten.bincount.default,
     torch.ops.aten.repeat_interleave.Tensor,
+    # CUDA kernels that read a device value on the host inside them (an info code, a count):
+    torch.ops.aten._linalg_eigh.default,  # torch.linalg.eigh checks its info on the host
+    torch.ops.aten._linalg_check_errors.default,  # linalg.inv, cholesky, solve (not *_ex)
 }
+_MASK_INDEXED = {  # with a boolean index these run nonzero() inside, on the host's behalf
+    torch.ops.aten.index.Tensor,
+    torch.ops.aten.index_put.default,
+    torch.ops.aten.index_put_.default,
+    torch.ops.aten._index_put_impl_.default,
+}
+
+
+def host_read(func: Any, args: tuple) -> bool:
+    """Whether the op reads device values on the host (a CUDA capture fails on it, and it
+    syncs an eager run): the op itself, or one that does so inside (a boolean-mask index)."""
+    if func in _HOST_READS:
+        return True
+    if func in _MASK_INDEXED and len(args) > 1:
+        return any(
+            isinstance(i, torch.Tensor) and i.dtype in (torch.bool, torch.uint8)
+            for i in args[1]
+            if i is not None
+        )
+    return False
+
+
+class HostReadWatch(TorchDispatchMode):
+    """Runs the work and names every op in it that reads device values on the host: the
+    warm-up's check, before any capture is tried. On CUDA it also names the ops that
+    ``torch.cuda.set_sync_debug_mode`` reports as synchronising (a copy from a host tensor
+    aside: lazy set-up makes those once, and a capture that meets one again falls back)."""
+
+    def __init__(self, cuda_syncs: bool = False) -> None:
+        super().__init__()
+        self.reads: list[str] = []
+        self.cuda_syncs = cuda_syncs
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if host_read(func, args):
+            self._note(func)
+        if not self.cuda_syncs:
+            return func(*args, **kwargs)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            out = func(*args, **kwargs)
+        if any("synchroniz" in str(w.message) for w in caught):
+            from_host = any(
+                isinstance(t, torch.Tensor) and t.device.type == "cpu"
+                for t in tree_flatten((args, kwargs))[0]
+            )
+            if not from_host:
+                self._note(func)
+        return out
+
+    def _note(self, func: Any) -> None:
+        name = str(func)
+        if name not in self.reads and len(self.reads) < 8:
+            self.reads.append(name)
+
+    def __enter__(self) -> HostReadWatch:
+        if self.cuda_syncs:
+            self._sync_mode = torch.cuda.get_sync_debug_mode()
+            torch.cuda.set_sync_debug_mode("warn")
+        return super().__enter__()
+
+    def __exit__(self, *exc: Any) -> None:
+        super().__exit__(*exc)
+        if self.cuda_syncs:
+            torch.cuda.set_sync_debug_mode(self._sync_mode)
 
 
 class CaptureError(RuntimeError):
@@ -71,7 +143,7 @@ class _Recorder(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if func in _HOST_READS:
+        if host_read(func, args):
             raise CaptureError(f"{func} reads device values on the host during a capture")
         for t in _written(func, args, kwargs):
             storage = t.untyped_storage()
@@ -97,7 +169,9 @@ class EmulatedGraph:
 
     The recording runs the work once, to know what it does, then puts back every tensor it
     wrote and the generator's state, so that like a capture it changes nothing (Warp kernels
-    launched during the recording are not undone: ``warp_launches`` counts them)."""
+    launched during the recording are not undone: ``warp_launches`` counts them). A recording
+    that fails leaves seeded random ops raising, as a failed CUDA capture leaves torch's
+    generators (``orin_rl.capture``): ``capture.recover`` ends that."""
 
     def __init__(self) -> None:
         self.ops: list[tuple] = []
@@ -126,6 +200,9 @@ class EmulatedGraph:
         try:
             with recorder:
                 yield
+        except BaseException:
+            emulate_failed_capture()
+            raise
         finally:
             wp.launch = launch
             torch.Tensor.tolist, torch.Tensor.numpy = tolist, numpy  # type: ignore[method-assign]

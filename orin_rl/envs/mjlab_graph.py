@@ -42,7 +42,8 @@ from typing import Any
 
 import torch
 
-from orin_rl.envs.graph_emulation import EmulatedGraph
+from orin_rl.capture import capture
+from orin_rl.envs.graph_emulation import EmulatedGraph, HostReadWatch
 from orin_rl.envs.graph_state import Effects, TensorBindings, bindings, sync_cache
 
 log = logging.getLogger(__name__)
@@ -202,8 +203,13 @@ class _Segment:
                 self._refuse([f"more than {MAX_VARIANTS} Python-side states to capture"])
                 return self._eager()
             self.variants[key] = None
-            with step.list_indices():
-                return self._eager()
+            watch = HostReadWatch(cuda_syncs=step.stream is not None)
+            with step.list_indices(), watch:
+                result = self._eager()
+            if watch.reads:  # its capture would fail: stay eager, no capture tried
+                reads = ", ".join(watch.reads)
+                self._refuse([f"its warm-up reads device values on the host ({reads})"])
+            return result
         step.restore_if_dirty()  # an eager run may have rebound what this graph reads
         if variant is None:
             variant = self._capture()
@@ -236,12 +242,8 @@ class _Segment:
         step.sync()
         before = bindings(step.env)
         cached = [(s, s._cached_data) for s in step.sensors if s._cache_valid]
-        if step.stream is None:
-            graph: Any = EmulatedGraph()
-            context = graph.recording()
-        else:
-            graph = torch.cuda.CUDAGraph()
-            context = torch.cuda.graph(graph, stream=step.stream)
+        graph: Any = EmulatedGraph() if step.stream is None else torch.cuda.CUDAGraph()
+        context = capture(graph, stream=step.stream)  # a failure leaves the generators as found
         enabled = gc.isenabled()
         gc.disable()  # no finaliser (a Warp graph's, an array's free) recorded into the graph
         effects: Effects | None = None

@@ -15,6 +15,8 @@ from typing import Any
 
 import torch
 
+from orin_rl.capture import capture
+
 log = logging.getLogger(__name__)
 
 
@@ -70,14 +72,13 @@ class GraphedIteration:
     def capture(self, obs: torch.Tensor) -> None:
         """Record one iteration starting from ``obs`` (nothing runs until ``replay``)."""
         self.static_obs = obs.clone()
-        if hasattr(self.graph, "register_generator_state"):  # the env's own RNG
-            self.graph.register_generator_state(self.env.generator)
-        else:
+        if not hasattr(self.graph, "register_generator_state"):  # the env's own RNG
             raise RuntimeError("this torch cannot capture a custom generator in a CUDA graph")
         torch.cuda.synchronize()
         # Envs whose kernels come from another library (MuJoCo Warp) tell it about the capture.
         scope = getattr(self.env, "capture_scope", contextlib.nullcontext)
-        with torch.cuda.graph(self.graph), scope():
+        # a failure leaves torch's generators, and the env's, as found
+        with capture(self.graph, generators=[self.env.generator]), scope():
             self._iteration()
         torch.cuda.synchronize()
 
@@ -100,7 +101,7 @@ class GraphedCall:
     def capture(self) -> None:
         """Record one call (nothing runs until ``replay``)."""
         torch.cuda.synchronize()
-        with torch.cuda.graph(self.graph):
+        with capture(self.graph):  # a failure leaves torch's generators as found
             self.num_updates, self.epochs = self.fn()
         torch.cuda.synchronize()
 

@@ -165,8 +165,10 @@ class TorchBackend(Backend):
         torch.cuda.current_stream().wait_stream(side)
         host_out = torch.empty(out.shape, dtype=out.dtype, pin_memory=True)
         dev_out = self._mapped_view(host_out) if self.mapped else None
+        from orin_rl.capture import capture  # torch's, as this backend is
+
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph), torch.inference_mode():
+        with capture(graph), torch.inference_mode():
             if not self.mapped:
                 dev_in.copy_(host_in, non_blocking=True)  # H2D, captured
             out = self._forward(dev_in)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from orin_rl.capture import recover
 from orin_rl.envs.graph_emulation import CaptureError, EmulatedGraph
 from orin_rl.envs.graph_state import Effects, bindings, sync_cache
 
@@ -60,6 +61,7 @@ def test_a_host_read_cannot_be_recorded_and_the_generator_is_left_as_it_was():
         bool(x.sum() > 0)
     with pytest.raises(CaptureError, match="host"), EmulatedGraph().recording():
         x.nonzero()
+    recover()  # as every capture site does after a failure (``capture.capture``)
     state = torch.get_rng_state()
     graph = EmulatedGraph()
     with graph.recording():
@@ -194,4 +196,5 @@ def test_a_failed_recording_leaves_nothing_written_and_host_reads_raise():
     for read in (lambda: torch.equal(a, a), lambda: a.numpy()):
         with pytest.raises(CaptureError), EmulatedGraph().recording():
             read()
+    recover()
     assert a.tolist() == [0.0, 0.0]  # restored after the recording

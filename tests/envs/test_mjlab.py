@@ -149,19 +149,25 @@ def _twin_rollouts(actions, between) -> tuple[list, list, dict]:
     return runs[0][0], runs[1][0], runs[1][1]
 
 
-@pytest.mark.parametrize("change", ["curriculum", "eager action", "host read"])
+@pytest.mark.parametrize(
+    "change", ["curriculum", "eager action", "host read", "host read after the warm-up"]
+)
 def test_graphs_follow_what_eager_code_changes_between_replays(change):
     """A curriculum tripling a reward's weight after the capture (a constant in the captured
     graph: the segment is captured again under the new settings), an action segment that
     turns eager after the capture (it rebinds the processed actions the substep graphs read:
     they are restored before the next replay), a task term reading a device value on the host
-    (its capture fails: the segment stays eager, the capture's Python undone): the graphed
-    step stays the eager one, bit for bit (mutations: no settings check; no restore after an
-    eager segment; no undo of a failed capture)."""
+    from the start (the warm-up sees it: no capture is tried) or only from the capture on
+    (the capture fails: the segment stays eager, the capture's Python undone, and the resets
+    after it go on drawing random numbers, which a failed CUDA capture would have broken):
+    the graphed step stays the eager one, bit for bit (mutations: no settings check; no
+    restore after an eager segment; no undo of a failed capture; no ``capture.recover`` after
+    it: the first reset's random draw raises torch's offset error; no warm-up watch)."""
     actions = _actions(2 * EPISODE + 2, 12)
+    read_from = 1 if change == "host read after the warm-up" else 0
 
     def between(ours, t):
-        if change == "host read" and t == 0:
+        if change.startswith("host read") and t == read_from:
             metrics, env = ours.env.metrics_manager.compute, ours.env
 
             def reading():  # as a term that logs a Python float would
@@ -184,7 +190,11 @@ def test_graphs_follow_what_eager_code_changes_between_replays(change):
     if change == "curriculum":
         assert report["captures"]["rewards"] == 2, report
     if change == "host read":
+        assert "warm-up reads device values" in report["refused"]["rewards"][0], report
+        assert "_local_scalar_dense" in report["refused"]["rewards"][0], report
+    if change == "host read after the warm-up":
         assert "capture failed" in report["refused"]["rewards"][0], report
+    assert sum(int(s.truncated.sum()) for s in graphed[2:]) > 0  # resets (random draws) after it
 
 
 @pytest.mark.gpu
