@@ -71,12 +71,17 @@ class BundleInfo:
     "parity"}}``: the explicit-quantization model for TensorRT 10.1+/11."""
     producer: dict[str, str] = field(default_factory=dict)
     """Versions of the tools that wrote the bundle."""
+    deploy: dict[str, Any] = field(default_factory=dict)
+    """What a robot needs (``orin_rl.robot.contract.DeployContract``): joints and their
+    motors, default pose, action scale/offset/clip, gains, period, observation terms; empty
+    where the environment is not a robot task."""
     format: str = BUNDLE_FORMAT
     """Bundle format tag."""
 
     def to_json(self) -> str:
-        """Serialise as policy.json text."""
-        return json.dumps(asdict(self), indent=2) + "\n"
+        """Serialise as policy.json text: strict JSON (an unbounded action is ``null``, not
+        ``Infinity``, which a robot's C++ or Go parser rejects)."""
+        return json.dumps(_unbounded_as_null(asdict(self)), indent=2, allow_nan=False) + "\n"
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], source: str = "policy.json") -> BundleInfo:
@@ -93,6 +98,17 @@ class BundleInfo:
         if not info.inputs or not info.outputs:
             raise BundleError(f"{source}: a bundle needs one input and at least one output")
         return info
+
+
+def _unbounded_as_null(value: Any) -> Any:
+    """±inf → None, recursively (NaN stays, and ``allow_nan=False`` refuses it)."""
+    if isinstance(value, float) and value in (float("inf"), float("-inf")):
+        return None
+    if isinstance(value, dict):
+        return {k: _unbounded_as_null(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_unbounded_as_null(v) for v in value]
+    return value
 
 
 def sha256_file(path: str | Path) -> str:
@@ -248,7 +264,7 @@ class EngineSidecar:
 
     def to_json(self) -> str:
         """Serialise the sidecar."""
-        return json.dumps(asdict(self), indent=2) + "\n"
+        return json.dumps(asdict(self), indent=2, allow_nan=False) + "\n"
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], source: str) -> EngineSidecar:

@@ -6,7 +6,7 @@ import logging
 import sys
 from pathlib import Path
 
-from orin_rl.cli import bench, build, demo, doctor, export, plant_server, train
+from orin_rl.cli import bench, build, demo, doctor, export, plant_server, sim_robot, train
 from orin_rl.cli import envs as envs_cmd
 from orin_rl.cli import eval as eval_cmd
 from orin_rl.cli import run as run_cmd
@@ -24,6 +24,7 @@ COMMANDS = {
     "eval": eval_cmd.cmd_eval,
     "bench": bench.cmd_bench,
     "plant-server": plant_server.cmd_plant_server,
+    "sim-robot": sim_robot.cmd_sim_robot,
     "envs": envs_cmd.cmd_envs,
 }
 

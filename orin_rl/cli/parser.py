@@ -23,6 +23,7 @@ from orin_rl.cli.argtypes import (
     _Parser,
     _train_default,
 )
+from orin_rl.cli.robot_args import ROBOT_COMMANDS, robot_run_flags
 
 DESCRIPTION = """\
 Reinforcement learning on the robot's own computer: train a policy, export it as a
@@ -343,6 +344,7 @@ def _run_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--safe-on-overrun", action="store_true", help="actuate the safe action on overrun"
     )
+    robot_run_flags(p)
     _add_backend_options(p)
 
 
@@ -457,18 +459,6 @@ def _demo_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--overwrite", action="store_true", help="replace an existing demo folder")
 
 
-def _plant_server_flags(p: argparse.ArgumentParser) -> None:
-    """The flags of `orin-rl plant-server`."""
-    p.add_argument("--env", default="Pendulum-v1", help="gymnasium id (default Pendulum-v1)")
-    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-    p.add_argument("--port", type=_int_type(0, 65535), default=5555, help="UDP port (default 5555)")
-    p.add_argument(
-        "--max-episode-steps",
-        type=_POSITIVE_INT,
-        help="override the env's time limit (default: the env's own)",
-    )
-
-
 def _envs_flags(p: argparse.ArgumentParser) -> None:
     """The flags of `orin-rl envs`."""
     p.add_argument(
@@ -508,10 +498,12 @@ COMMANDS = [
     (
         "run",
         _run_flags,
-        "run a policy in a real-time control loop around a gymnasium env",
+        "run a policy in a real-time control loop (a gymnasium env, an mjlab world, a robot)",
         (
             "Close the loop: sensor -> infer -> actuate at a fixed rate, with latency "
-            "statistics, deadline misses and a safe action. Works without PyTorch."
+            "statistics, deadline misses and a safe action. Works without PyTorch. With "
+            "--plant unitree-g1 the loop drives a G1 (or orin-rl sim-robot) over DDS through "
+            "the safety state machine."
         ),
     ),
     (
@@ -562,16 +554,7 @@ COMMANDS = [
             "export the bundle, run it in the control loop; one summary table."
         ),
     ),
-    (
-        "plant-server",
-        _plant_server_flags,
-        "serve a gymnasium env as a UDP plant for `train --online --plant udp://...`",
-        (
-            "Run a gymnasium environment as a plant in its own process, speaking the "
-            "UDP protocol of orin_rl/runners/plant_udp.py: the worked example of a robot adapter "
-            "(docs/online.md). Stops on a close request or Ctrl-C."
-        ),
-    ),
+    *ROBOT_COMMANDS,
 ]
 """(name, flags, one-line help, description) of each command, in --help's order."""
 

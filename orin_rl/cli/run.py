@@ -30,6 +30,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         "lock_memory": args.mlock,
         "safe_action_on_overrun": args.safe_on_overrun,
     }
+    if args.plant:
+        return _run_robot(args, loop)
     report = run_policy(
         args.model,
         args.backend,
@@ -68,4 +70,42 @@ def cmd_run(args: argparse.Namespace) -> int:
         error = report["tracking_error_vel_xy"]
         tracking = "no episode ended" if error is None else f"{error:.3f} m/s (xy velocity)"
         print(f"falls        {report['falls']}; tracking error {tracking}")
+    return 0
+
+
+def _run_robot(args: argparse.Namespace, loop: dict) -> int:
+    """``--plant unitree-g1``: the robot (or its twin) over DDS, through the safety machine."""
+    from orin_rl.runtime.robot_run import run_on_robot
+
+    report = run_on_robot(
+        args.model,
+        args.backend,
+        args.plant,
+        args.steps,
+        args.device,
+        args.dds_domain,
+        args.dds_interface,
+        args.velocity_command,
+        args.command_every,
+        {"stand_s": args.stand_s, "tilt_limit": args.tilt_limit},
+        args.report,
+        args.histogram,
+        loop_options=loop,
+        backend_options=_backend_options(args, batch=1),
+        precision=args.precision,
+    )
+    lat = report["latency_us"]
+    error = report["tracking_error"]
+    print(f"backend      {report['backend']} on {report['plant']} at {report['rate_hz']:g} Hz")
+    print(f"ticks        {report['ticks']} of {args.steps}; safety {report['safety_mode']}")
+    print(
+        f"latency µs   p50 {lat['p50']:.1f}  p99 {lat['p99']:.1f}  max {lat['max']:.1f}; "
+        f"{report['deadline_misses']} deadline misses"
+    )
+    tracking = "no velocity source" if error is None else f"{error:.3f} m/s (xy velocity)"
+    print(f"falls        {report['falls']}; tracking error {tracking}")
+    for t in report["transitions"]:
+        print(
+            f"  tick {t['tick']:>6}  {t['time_s']:8.3f} s  {t['from']} -> {t['to']}: {t['cause']}"
+        )
     return 0

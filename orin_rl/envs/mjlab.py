@@ -275,6 +275,12 @@ class MjlabVecEnv(VecEnv):
         self._stepper.use_graphs = True
         return self._stepper.describe_plan()
 
+    def deploy_contract(self) -> dict[str, Any]:
+        """What a robot needs to run this task's policy (``policy.json``'s ``deploy``)."""
+        from orin_rl.envs.mjlab_contract import deploy_contract
+
+        return deploy_contract(self.env, self.env_id).to_dict()
+
     def warm_up(self) -> None:
         """Steps that load the kernels and, with graphs on, capture every segment of the step:
         two plain steps, then two that end every world at its time limit (the reset path's

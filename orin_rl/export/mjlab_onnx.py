@@ -103,6 +103,7 @@ def _task_observations(env_id: str, n: int) -> tuple[np.ndarray, dict]:
             "action_scale": scale,
             "low": env.action_space.low.tolist(),
             "high": env.action_space.high.tolist(),
+            "deploy": env.vec.deploy_contract(),
         }
         obs, _ = env.reset(seed=0)
         rng = np.random.default_rng(0)
@@ -191,10 +192,12 @@ def import_mjlab_onnx(
         raise BundleError(f"{path}: the observation and action widths must be fixed")
     inf = float("inf")
     low, high = [-inf] * action_dim, [inf] * action_dim
+    deploy: dict[str, Any] = {}
     if env_id is not None:
         obs, facts = _task_observations(env_id, samples)
         _check_against_task(env_id, metadata, facts, obs_dim, action_dim)
         low, high = facts["low"], facts["high"]
+        deploy = _with_rounding(facts["deploy"], metadata)
     else:
         obs = np.random.default_rng(0).normal(size=(samples, obs_dim)).astype(np.float32)
     out = Path(out)
@@ -220,6 +223,7 @@ def import_mjlab_onnx(
         parity_max_abs_error=parity["max_abs_error"],
         parity={**parity, "source": f"mjlab export {path.name}", "task_checked": env_id},
         env_id=env_id,
+        deploy=deploy,
         producer={
             "mjlab_run": metadata.get("run_path", ""),
             "imported_from": str(path.resolve()),
@@ -229,6 +233,38 @@ def import_mjlab_onnx(
     )
     write_private(out / "policy.json", info.to_json())
     return Imported(out, info, metadata)
+
+
+ROUNDED = {  # metadata key -> the contract's field (joint order: the metadata's)
+    "joint_stiffness": "stiffness",
+    "joint_damping": "damping",
+    "default_joint_pos": "default_joint_pos",
+    "action_scale": "action_scale",
+}
+
+
+def _with_rounding(deploy: dict[str, Any], metadata: dict[str, str]) -> dict[str, Any]:
+    """The task's contract (full precision), with what mjlab's metadata lost to its
+    3-decimal CSV: the largest |metadata − task| of each rounded field."""
+    lost = {}
+    joints = metadata["joint_names"].split(",")
+    for key, name in ROUNDED.items():
+        if key not in metadata:
+            continue
+        task = dict(zip(deploy["joint_names"], deploy[name], strict=True))
+        values = _csv_floats(metadata[key])
+        if len(values) == 1:
+            values = values * len(joints)
+        lost[key] = max(abs(v - task[j]) for j, v in zip(joints, values, strict=True))
+    deploy = dict(deploy)
+    deploy["source"] = f"{deploy['source']} (mjlab's ONNX export checked against it)"
+    deploy["precision"] = {
+        "full": True,
+        "note": "taken from the task itself: mjlab's metadata rounds to 3 decimals and has no "
+        "control period, action offset, command ranges or hardware motor order",
+        "metadata_max_rounding_error": lost,
+    }
+    return deploy
 
 
 def cached_bundle(path: str | Path) -> Path:

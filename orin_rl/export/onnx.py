@@ -83,8 +83,12 @@ def record_observations(
     max_episode_steps: int | None = None,
     env_kwargs: dict[str, Any] | None = None,
     wrappers: list[Any] | None = None,
+    facts: dict[str, Any] | None = None,
 ) -> np.ndarray:
-    """Raw observations met by the deterministic policy in its environment (count, *obs_shape)."""
+    """Raw observations met by the deterministic policy in its environment (count, *obs_shape).
+
+    ``facts``, where given, receives the env's deploy contract (a robot task's; see
+    ``orin_rl.robot.contract``) under ``"deploy"``."""
     num_envs = 8
     # mjlab's robot tasks step on the GPU where there is one (Warp's CPU kernels would compile
     # first); everything else on the CPU, where the policy is.
@@ -101,6 +105,8 @@ def record_observations(
     )
     rows: list[np.ndarray] = []
     try:
+        if facts is not None and hasattr(env, "deploy_contract"):
+            facts["deploy"] = env.deploy_contract()
         obs = env.reset(seed=seed)
         with torch.inference_mode():
             while len(rows) * num_envs < count:
@@ -344,6 +350,7 @@ def export_bundle(
     precision = "fp16" if fp16 else "fp32"
 
     # Observations the policy really meets, plus random ones around and beyond them.
+    facts: dict[str, Any] = {}
     recorded = record_observations(
         policy,
         env_id,
@@ -352,6 +359,7 @@ def export_bundle(
         env_cfg.get("max_episode_steps"),
         env_cfg.get("kwargs"),
         env_cfg.get("wrappers"),
+        facts,
     )
     if spec.obs_groups is not None:  # the deployed policy reads the actor's group only
         recorded = recorded[:, slice(*spec.obs_groups["actor"])]
@@ -403,6 +411,7 @@ def export_bundle(
             "onnx": onnx.__version__,
             "onnxruntime": ort.__version__,
         },
+        deploy=facts.get("deploy", {}),
     )
     np.savez_compressed(out / "calibration.npz", obs=recorded)
     if int8:

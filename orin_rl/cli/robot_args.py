@@ -1,0 +1,106 @@
+"""The flags of the commands around a robot: ``plant-server``, ``sim-robot`` and the robot
+options of ``run`` (the rest of ``orin-rl``'s flags are in ``cli/parser.py``)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from orin_rl.cli.argtypes import _NON_NEGATIVE, _POSITIVE, _POSITIVE_INT, _int_type
+
+PLANTS = ("unitree-g1",)
+
+
+def _dds_flags(p: argparse._ActionsContainer, default_domain: int) -> None:
+    p.add_argument("--dds-domain", type=_int_type(0, 232), default=default_domain,
+                   help="DDS domain id (Unitree's robots: 0; their MuJoCo twin: 1)")  # fmt: skip
+    p.add_argument(
+        "--dds-interface",
+        metavar="IF",
+        help="network interface DDS binds to (lo: this machine only; a robot: the interface on "
+        "its network, e.g. eth0; default: CycloneDDS's choice)",
+    )
+
+
+def robot_run_flags(p: argparse.ArgumentParser) -> None:
+    """``orin-rl run --plant ...``."""
+    g = p.add_argument_group("robot (--plant)")
+    g.add_argument("--plant", choices=PLANTS,
+                   help="drive a robot over its own wire instead of a simulated env")  # fmt: skip
+    _dds_flags(g, default_domain=0)
+    g.add_argument("--command", metavar="VX,VY,WZ", dest="velocity_command",
+                   help="the velocity command (default: zero; 'random': resampled in the "
+                   "policy's training ranges every --command-every seconds)")  # fmt: skip
+    g.add_argument("--command-every", type=_POSITIVE, default=5.0,
+                   help="seconds between random commands")  # fmt: skip
+    g.add_argument(
+        "--stand-s",
+        type=_POSITIVE,
+        default=2.0,
+        help="seconds of the interpolation to the default pose before the policy",
+    )
+    g.add_argument("--tilt-limit", type=_POSITIVE, default=1.0,
+                   help="stop (damping, latched) above this base tilt in radians")  # fmt: skip
+
+
+def sim_robot_flags(p: argparse.ArgumentParser) -> None:
+    """``orin-rl sim-robot``."""
+    p.add_argument("--robot", default="g1", choices=["g1"], help="the robot to simulate")
+    _dds_flags(p, default_domain=1)
+    p.add_argument("--seconds", type=_POSITIVE, help="stop after this long (default: Ctrl-C)")
+    p.add_argument(
+        "--physics-dt",
+        type=_POSITIVE,
+        default=0.002,
+        help="physics step; a state is published after each (0.002: 500 Hz)",
+    )
+    p.add_argument(
+        "--hold-s",
+        type=_NON_NEGATIVE,
+        default=2.5,
+        help="the gantry holds the pelvis until this long after the stand-up began",
+    )
+    p.add_argument(
+        "--tilt",
+        type=float,
+        default=0.0,
+        help="start the robot rolled by this many radians (tests the tilt stop)",
+    )
+    p.add_argument("--report", type=Path, help="write the twin's JSON report here on exit")
+
+
+def plant_server_flags(p: argparse.ArgumentParser) -> None:
+    """``orin-rl plant-server``."""
+    p.add_argument("--env", default="Pendulum-v1", help="gymnasium id (default Pendulum-v1)")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=_int_type(0, 65535), default=5555, help="UDP port (default 5555)")
+    p.add_argument(
+        "--max-episode-steps",
+        type=_POSITIVE_INT,
+        help="override the env's time limit (default: the env's own)",
+    )
+
+
+ROBOT_COMMANDS = [
+    (
+        "sim-robot",
+        sim_robot_flags,
+        "a robot's twin on its own wire (MuJoCo + Unitree SDK2 over DDS), for sim-to-sim",
+        (
+            "Step the task's robot model in MuJoCo (CPU) and speak Unitree SDK2 over DDS as "
+            "the robot does: rt/lowcmd in (CRC checked, PD at every physics step), rt/lowstate "
+            "and rt/sportmodestate out after each step. Then: orin-rl run --model BUNDLE "
+            "--plant unitree-g1 --dds-domain 1 --dds-interface lo. Stops on Ctrl-C."
+        ),
+    ),
+    (
+        "plant-server",
+        plant_server_flags,
+        "serve a gymnasium env as a UDP plant for `train --online --plant udp://...`",
+        (
+            "Run a gymnasium environment as a plant in its own process, speaking the "
+            "UDP protocol of orin_rl/runners/plant_udp.py: the worked example of a robot adapter "
+            "(docs/online.md). Stops on a close request or Ctrl-C."
+        ),
+    ),
+]

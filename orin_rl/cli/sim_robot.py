@@ -1,0 +1,31 @@
+"""``orin-rl sim-robot``: a robot's twin on its own wire (``robot/twin.py``)."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def cmd_sim_robot(args: argparse.Namespace) -> int:
+    """Run the twin until ``--seconds`` or Ctrl-C; print its report."""
+    from orin_rl.robot.twin import RobotTwin
+
+    twin = RobotTwin(
+        f"unitree-{args.robot}",
+        domain=args.dds_domain,
+        interface=args.dds_interface,
+        physics_dt=args.physics_dt,
+        hold_s=args.hold_s,
+        tilt0=args.tilt,
+    )
+    print(
+        f"sim-robot    unitree-{args.robot} on DDS domain {args.dds_domain} "
+        f"({args.dds_interface or 'default interface'}), physics {args.physics_dt * 1e3:g} ms",
+        flush=True,
+    )
+    report = twin.run(args.seconds, args.report)
+    print(
+        f"sim-robot    {report['seconds']:.1f} s, {report['commands']} commands "
+        f"({report['bad_crc']} with a bad CRC), {report['states']} states, "
+        f"{report['falls']} falls, {report['late_steps']} late steps"
+    )
+    return 0

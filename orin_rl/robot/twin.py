@@ -1,0 +1,244 @@
+"""A robot's twin on the robot's own wire: ``orin-rl sim-robot --robot g1``.
+
+A separate process steps MuJoCo (CPU) with the task's own robot model (mjlab's scene: the
+same MJCF, armature, joint limits and actuator effort limits the policy was trained on) and
+speaks Unitree SDK2 over DDS exactly as the robot does: it takes ``rt/lowcmd`` (dropping any
+command whose CRC is wrong, as the robot's motor board does) and publishes ``rt/lowstate``
+(IMU quaternion w, x, y, z and gyro of the pelvis IMU site, each motor's q, dq, τ) after every
+physics step, 500 Hz at the default ``physics_dt`` of 2 ms, plus ``rt/sportmodestate`` (the
+IMU point's position and world-frame velocity, as Unitree's MuJoCo bridge publishes it).
+
+The PD torque τ = τff + kp·(q* − q) + kd·(dq* − dq) of the latest command is computed at every
+physics step (MuJoCo's position actuators with the command's kp and kd, damping integrated
+implicitly, the effort limit clamping it), not held between commands. ``mode`` 0 disables a
+motor. Until ``hold_s`` after the first command with stiffness (the stand-up starting), a
+spring holds the pelvis where it started, as a gantry holds a real humanoid; then the robot
+stands on its own. A fall (pelvis below ``fall_height`` or tilted past 1 rad after the
+release) is counted in the twin's report.
+
+Needs MuJoCo and mjlab (the ``mjlab`` extra) and cyclonedds (``robot``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from orin_rl.robot import RobotError, require_cyclonedds
+from orin_rl.robot.crc import HG_LOWCMD_STRUCT, crc_for
+from orin_rl.robot.observations import tilt
+from orin_rl.robot.robots import ROBOTS
+
+log = logging.getLogger(__name__)
+
+TASKS = {"unitree-g1": "Mjlab-Velocity-Flat-Unitree-G1"}
+"""The mjlab task whose robot model each twin steps."""
+CMD_FIELDS = tuple(f"motor_cmd[].{k}" for k in ("mode", "q", "dq", "tau", "kp", "kd", "reserve"))
+
+
+def build_model(task: str, physics_dt: float) -> Any:
+    """The task's scene (robot and floor) as a MuJoCo model with the task's solver options."""
+    import mujoco  # noqa: F401  (the extra's check)
+
+    from orin_rl.envs.mjlab import import_mjlab
+
+    registry = import_mjlab()
+    cfg = registry.load_env_cfg(task, play=True)
+    cfg.scene.num_envs = 1
+    from mjlab.scene import Scene
+
+    model = Scene(cfg.scene, device="cpu").compile()
+    cfg.sim.mujoco.apply(model)
+    model.opt.timestep = physics_dt
+    return model
+
+
+class RobotTwin:
+    """MuJoCo on Unitree's wire (module docstring)."""
+
+    def __init__(self, robot: str = "unitree-g1", domain: int = 1, interface: str | None = "lo",
+                 physics_dt: float = 0.002, hold_s: float = 2.5, tilt0: float = 0.0,
+                 fall_height: float = 0.35, model: Any = None):  # fmt: skip
+        import mujoco
+
+        require_cyclonedds()
+        if robot not in TASKS:
+            raise RobotError(f"no twin for {robot!r}; twins: {', '.join(TASKS)}")
+        self.spec = ROBOTS[robot]
+        self.m = model if model is not None else build_model(TASKS[robot], physics_dt)
+        self.d = mujoco.MjData(self.m)
+        if self.m.nkey:
+            mujoco.mj_resetDataKeyframe(self.m, self.d, 0)
+        if tilt0:  # a robot started tilted (tests of the plant's tilt stop)
+            quat = np.array([np.cos(tilt0 / 2), np.sin(tilt0 / 2), 0.0, 0.0])
+            mujoco.mju_mulQuat(self.d.qpos[3:7], self.d.qpos[3:7].copy(), quat)
+        mujoco.mj_forward(self.m, self.d)
+        self._index_model()
+        self.hold_s, self.fall_height = hold_s, fall_height
+        self._anchor = (self.d.qpos[:3].copy(), self.d.qpos[3:7].copy())
+        self._released_at: float | None = None
+        self._first_stiff: float | None = None
+        self.report: dict[str, Any] = {"falls": 0, "fall_times_s": [], "commands": 0,
+                                       "bad_crc": 0, "states": 0}  # fmt: skip
+        from orin_rl.robot import unitree_msgs as msgs
+        from orin_rl.robot.wire import Endpoint, Layout, participant
+
+        self.cmd_layout = Layout(msgs.HgLowCmd)
+        self.state_layout = Layout(msgs.HgLowState)
+        self.sport_layout = Layout(msgs.GoSportModeState)
+        self._crc = crc_for(HG_LOWCMD_STRUCT.itemsize // 4 - 1)
+        self.participant = participant(domain, interface)
+        self.cmd_in = Endpoint(self.participant, msgs.LOWCMD, msgs.HgLowCmd, "reader")
+        self.state_out = Endpoint(self.participant, msgs.LOWSTATE, msgs.HgLowState, "writer")
+        self.sport_out = Endpoint(self.participant, msgs.SPORTSTATE, msgs.GoSportModeState,
+                                  "writer")  # fmt: skip
+        self._running = False
+
+    def _index_model(self) -> None:
+        import mujoco
+
+        m, slots = self.m, self.spec.slots
+        self.qadr = np.full(slots, -1)
+        self.vadr = np.full(slots, -1)
+        self.act = np.full(slots, -1)
+        for motor, joint in enumerate(self.spec.motors):
+            jid = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_JOINT, f"robot/{joint}")
+            if jid < 0:
+                raise RobotError(f"the twin's model has no joint {joint}")
+            self.qadr[motor], self.vadr[motor] = m.jnt_qposadr[jid], m.jnt_dofadr[jid]
+            self.act[motor] = int(np.flatnonzero(m.actuator_trnid[:, 0] == jid)[0])
+        self.used = np.flatnonzero(self.qadr >= 0)
+        self.site = m.site("robot/imu_in_pelvis").id
+        self.gyro_adr = m.sensor_adr[m.sensor("robot/imu_ang_vel").id]
+        self.acc_adr = m.sensor_adr[m.sensor("robot/imu_lin_acc").id]
+        # the motors' PD comes from each command: start limp
+        m.actuator_gainprm[self.act[self.used], 0] = 0.0
+        m.actuator_biasprm[self.act[self.used], 1:3] = 0.0
+        self.tau_ff = np.zeros(m.nv)
+
+    # ------------------------------------------------------------------ the wire
+    def _apply(self, data: bytes, now: float) -> None:
+        """A LowCmd_: checked (CRC), then the motors' PD set from it."""
+        cmd = self.cmd_layout.decode(data, (*CMD_FIELDS, "mode_pr", "mode_machine", "crc"))
+        packed = np.zeros((), dtype=HG_LOWCMD_STRUCT)
+        packed["mode_pr"], packed["mode_machine"] = cmd["mode_pr"], cmd["mode_machine"]
+        for field in CMD_FIELDS:
+            packed["motor_cmd"][field.split(".")[-1]] = cmd[field]
+        if self._crc.of_bytes(packed.tobytes()) != int(cmd["crc"]):
+            self.report["bad_crc"] += 1  # a corrupted command is not executed
+            return
+        self.report["commands"] += 1
+        m, used, act = self.m, self.used, self.act[self.used]
+        enabled = cmd["motor_cmd[].mode"][used] != 0
+        kp = np.where(enabled, cmd["motor_cmd[].kp"][used], 0.0)
+        kd = np.where(enabled, cmd["motor_cmd[].kd"][used], 0.0)
+        m.actuator_gainprm[act, 0] = kp
+        m.actuator_biasprm[act, 1] = -kp
+        m.actuator_biasprm[act, 2] = -kd
+        self.d.ctrl[act] = cmd["motor_cmd[].q"][used]
+        ff = cmd["motor_cmd[].tau"][used] + kd * cmd["motor_cmd[].dq"][used]
+        self.tau_ff[:] = 0.0
+        self.tau_ff[self.vadr[used]] = np.where(enabled, ff, 0.0)
+        if self._first_stiff is None and np.any(kp > 0):
+            self._first_stiff = now
+
+    def _publish(self) -> None:
+        import mujoco
+
+        d, used, slots = self.d, self.used, self.spec.slots
+        quat = np.zeros(4)
+        mujoco.mju_mat2Quat(quat, d.site_xmat[self.site])
+        q, dq, tau = np.zeros(slots), np.zeros(slots), np.zeros(slots)
+        q[used], dq[used] = d.qpos[self.qadr[used]], d.qvel[self.vadr[used]]
+        tau[used] = d.actuator_force[self.act[used]]
+        self.report["states"] += 1
+        self.state_out.write(self.state_layout.encode({
+            "tick": self.report["states"] & 0xFFFFFFFF,
+            "imu_state.quaternion": quat,
+            "imu_state.gyroscope": d.sensordata[self.gyro_adr:self.gyro_adr + 3],
+            "imu_state.accelerometer": d.sensordata[self.acc_adr:self.acc_adr + 3],
+            "motor_state[].mode": np.where(self.qadr >= 0, 1, 0),
+            "motor_state[].q": q,
+            "motor_state[].dq": dq,
+            "motor_state[].tau_est": tau,
+        }))  # fmt: skip
+        velocity = np.zeros(6)
+        mujoco.mj_objectVelocity(self.m, d, mujoco.mjtObj.mjOBJ_SITE, self.site, velocity, 0)
+        self.sport_out.write(self.sport_layout.encode({
+            "position": d.site_xpos[self.site], "velocity": velocity[3:],
+        }))  # fmt: skip
+
+    # ------------------------------------------------------------------ physics
+    def _hold(self, now: float) -> None:
+        """The gantry: a spring-damper on the pelvis's pose until ``hold_s`` after the stand-up
+        began."""
+        import mujoco
+
+        d = self.d
+        held = self._first_stiff is None or now - self._first_stiff < self.hold_s
+        body = self.m.jnt_bodyid[0]
+        if not held:
+            if self._released_at is None:
+                self._released_at = now
+                d.xfrc_applied[body] = 0.0
+            return
+        pos, quat = self._anchor
+        force = 10000.0 * (pos - d.qpos[:3]) - 1000.0 * d.qvel[:3]
+        error = np.zeros(3)
+        mujoco.mju_subQuat(error, quat, d.qpos[3:7])  # body-frame rotation to the anchor
+        world, spin = np.zeros(3), np.zeros(3)
+        mujoco.mju_rotVecQuat(world, error, d.qpos[3:7])
+        mujoco.mju_rotVecQuat(spin, d.qvel[3:6], d.qpos[3:7])  # a free joint's ω is local
+        d.xfrc_applied[body, :3] = force
+        d.xfrc_applied[body, 3:] = 300.0 * world - 30.0 * spin
+
+    def _check_fall(self, now: float) -> None:
+        if self._released_at is None or self.report.get("_fallen"):
+            return
+        if self.d.qpos[2] < self.fall_height or tilt(self.d.qpos[3:7]) > 1.0:
+            self.report["falls"] += 1
+            self.report["fall_times_s"].append(round(now - self._t0, 3))
+            self.report["_fallen"] = True
+
+    def step(self, now: float) -> None:
+        """One physics step on the newest command, then the state out."""
+        import mujoco
+
+        data = self.cmd_in.take_latest()
+        if data is not None:
+            self._apply(data, now)
+        self._hold(now)
+        self.d.qfrc_applied[:] = self.tau_ff
+        mujoco.mj_step(self.m, self.d)
+        self._check_fall(now)
+        self._publish()
+
+    def run(self, seconds: float | None = None, report: str | Path | None = None) -> dict:
+        """Step in real time (accumulated deadlines) until ``seconds`` or SIGINT/SIGTERM."""
+        self._running = True
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda *_: setattr(self, "_running", False))
+        period = self.m.opt.timestep
+        self._t0 = next_time = time.monotonic()
+        late = 0
+        while self._running and (seconds is None or next_time - self._t0 < seconds):
+            self.step(time.monotonic())
+            next_time += period
+            delay = next_time - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            elif delay < -period:
+                late += 1
+                next_time = time.monotonic()
+        self.report.pop("_fallen", None)
+        self.report.update({"seconds": round(time.monotonic() - self._t0, 3),
+                            "late_steps": late, "physics_dt": period})  # fmt: skip
+        if report:
+            Path(report).write_text(json.dumps(self.report, indent=2) + "\n")
+        return self.report

@@ -1,0 +1,314 @@
+"""A Unitree robot on its own wire (SDK2 over DDS) as the control loop's plant.
+
+``orin-rl run --model BUNDLE --plant unitree-g1``: the plant subscribes ``rt/lowstate`` (and
+``rt/sportmodestate`` where the policy reads the base's velocity), and a command thread
+publishes ``rt/lowcmd`` at 500 Hz on accumulated deadlines, each command carrying Unitree's
+CRC, the contract's gains and the safety machine's targets (``safety``). The control loop
+(``runtime.loop``) runs the policy at the contract's period: ``sensor`` builds the policy's
+input from the newest state (``observations``), ``actuate`` hands the action to the safety
+machine. The robot's built-in motion service must be released first (Unitree's app or
+``MotionSwitcherClient.ReleaseMode()``); against ``orin-rl sim-robot`` there is none.
+
+Torch-free; needs the ``robot`` extra (cyclonedds).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from orin_rl.robot import RobotError, require_cyclonedds
+from orin_rl.robot.contract import DeployContract
+from orin_rl.robot.crc import HG_LOWCMD_STRUCT, crc_for
+from orin_rl.robot.observations import ObservationBuilder, state_from_motors, world_to_body
+from orin_rl.robot.robots import ROBOTS, RobotSpec
+from orin_rl.robot.safety import Mode, SafetyConfig, SafetyMachine
+
+log = logging.getLogger(__name__)
+
+STATE_FIELDS = (
+    "mode_machine",
+    "tick",
+    "imu_state.quaternion",
+    "imu_state.gyroscope",
+    "motor_state[].q",
+    "motor_state[].dq",
+)
+
+
+class HgCodec:
+    """``unitree_hg`` LowCmd_ out (with its CRC), LowState_ and SportModeState_ in, as arrays."""
+
+    def __init__(self) -> None:
+        from orin_rl.robot import unitree_msgs as msgs
+        from orin_rl.robot.wire import Layout
+
+        self.msgs = msgs
+        self.cmd_layout = Layout(msgs.HgLowCmd)
+        self.state_layout = Layout(msgs.HgLowState)
+        self.sport_layout = Layout(msgs.GoSportModeState)
+        self._packed = np.zeros((), dtype=HG_LOWCMD_STRUCT)
+        self._crc = crc_for(HG_LOWCMD_STRUCT.itemsize // 4 - 1)
+
+    def lowcmd(self, q, kp, kd, mode, mode_machine: int, dq=0.0, tau=0.0) -> bytearray:
+        """One LowCmd_'s CDR bytes for per-slot arrays (35,), ``crc`` filled in."""
+        packed = self._packed
+        packed["mode_pr"], packed["mode_machine"] = 0, mode_machine
+        motor = packed["motor_cmd"]
+        motor["mode"], motor["q"], motor["dq"], motor["tau"] = mode, q, dq, tau
+        motor["kp"], motor["kd"] = kp, kd
+        crc = self._crc.of_bytes(packed.tobytes())
+        return self.cmd_layout.encode({
+            "mode_pr": 0,
+            "mode_machine": mode_machine,
+            "motor_cmd[].mode": motor["mode"],
+            "motor_cmd[].q": motor["q"],
+            "motor_cmd[].dq": motor["dq"],
+            "motor_cmd[].tau": motor["tau"],
+            "motor_cmd[].kp": motor["kp"],
+            "motor_cmd[].kd": motor["kd"],
+            "crc": crc,
+        })  # fmt: skip
+
+    def lowstate(self, data: bytes) -> dict[str, np.ndarray]:
+        return self.state_layout.decode(data, STATE_FIELDS)
+
+    def sport_velocity(self, data: bytes) -> np.ndarray:
+        return self.sport_layout.decode(data, ("velocity",))["velocity"]
+
+
+@dataclass
+class CommandSource:
+    """The operator's command: fixed, or resampled in the contract's ranges every
+    ``every_s`` seconds from ``seed`` (as the task's command term samples them)."""
+
+    value: np.ndarray | None = None
+    ranges: list[list[float]] | None = None
+    every_s: float = 5.0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        self._rng = np.random.default_rng(self.seed)
+        self._until = -1.0
+        self._current = None if self.value is None else np.asarray(self.value, dtype=np.float64)
+
+    def at(self, t: float) -> np.ndarray:
+        if self.value is not None:
+            return self._current
+        if t >= self._until:
+            low, high = np.asarray(self.ranges, dtype=np.float64).T
+            self._current = self._rng.uniform(low, high)
+            self._until = t + self.every_s
+        return self._current
+
+
+class UnitreePlant:
+    """The robot (or its twin) on DDS, wrapped in the safety machine (module docstring)."""
+
+    def __init__(
+        self,
+        contract: DeployContract,
+        robot: str = "unitree-g1",
+        domain: int = 0,
+        interface: str | None = None,
+        command: CommandSource | None = None,
+        safety: SafetyConfig | None = None,
+        rate_hz: float = 500.0,
+    ):
+        require_cyclonedds()
+        self.spec: RobotSpec = _robot_spec(robot, contract)
+        self.contract = contract
+        self.motor_index = np.asarray(contract.motor_index, dtype=np.intp)
+        self.builder = ObservationBuilder(contract)
+        self.machine = SafetyMachine(contract, safety)
+        self.needs_velocity = any(t.source == "base_lin_vel" for t in contract.observations)
+        if command is None:
+            n = len(contract.commands.get("terms", [])) or next(
+                (t.dim for t in contract.observations if t.source == "command"), 0
+            )
+            command = CommandSource(value=np.zeros(n))
+        self.command = command
+        self.rate_hz = rate_hz
+        self.codec = HgCodec()
+        from orin_rl.robot import unitree_msgs as msgs
+        from orin_rl.robot.wire import Endpoint, participant
+
+        self.participant = participant(domain, interface)
+        self.state_in = Endpoint(self.participant, msgs.LOWSTATE, msgs.HgLowState, "reader")
+        self.cmd_out = Endpoint(self.participant, msgs.LOWCMD, msgs.HgLowCmd, "writer")
+        self.sport_in = (
+            Endpoint(self.participant, msgs.SPORTSTATE, msgs.GoSportModeState, "reader")
+            if self.needs_velocity
+            else None
+        )
+        self._lock = threading.Lock()
+        self._state: dict[str, np.ndarray] | None = None
+        self._velocity_w: np.ndarray | None = None
+        self._state_time = 0.0
+        self._running = False
+        self._thread: threading.Thread | None = None
+        self._t0 = time.monotonic()
+        self.counts = {"states": 0, "commands": 0, "ticks": 0}
+        self._errors: list[float] = []
+        self.description = {"plant": self.spec.name, "dds_domain": domain,
+                            "dds_interface": interface or "default"}  # fmt: skip
+
+    # ------------------------------------------------------------------ the command thread
+    def _receive(self, now: float) -> None:
+        data = self.state_in.take_latest()
+        if data is not None:
+            state = self.codec.lowstate(data)
+            with self._lock:
+                self._state, self._state_time = state, now
+            self.counts["states"] += 1
+        if self.sport_in is not None:
+            sport = self.sport_in.take_latest()
+            if sport is not None:
+                velocity = self.codec.sport_velocity(sport).astype(np.float64)
+                with self._lock:
+                    self._velocity_w = velocity
+
+    def _send(self) -> None:
+        with self._lock:
+            state = self._state
+        if state is None:
+            return
+        q_policy = state["motor_state[].q"].astype(np.float64)[self.motor_index]
+        self.machine.check_state(state["imu_state.quaternion"], q_policy)
+        cmd = self.machine.command(q_policy)
+        slots = self.spec.slots
+        q = np.zeros(slots, np.float32)
+        kp, kd, mode = np.zeros(slots, np.float32), np.zeros(slots, np.float32), np.zeros(slots)
+        q[self.motor_index], kp[self.motor_index], kd[self.motor_index] = cmd.q, cmd.kp, cmd.kd
+        mode[self.motor_index] = 1  # enabled; PASSIVE and STOPPED: kp 0, damping only
+        self.cmd_out.write(self.codec.lowcmd(q, kp, kd, mode, int(state["mode_machine"])))
+        self.counts["commands"] += 1
+
+    def _command_loop(self) -> None:
+        period = 1.0 / self.rate_hz
+        next_time = time.monotonic()
+        while self._running:
+            now = time.monotonic()
+            try:
+                self._receive(now)
+                if self._state is not None:
+                    self.machine.check_silence(now - self._state_time)
+                self.machine.check_policy()
+                self._send()
+            except Exception as exc:  # the wire broke: stop the robot, say why
+                self.machine.stop(f"command thread: {type(exc).__name__}: {exc}")
+                log.exception("the command thread failed")
+            next_time += period  # accumulated deadlines: no drift from the work's time
+            delay = next_time - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            else:
+                next_time = time.monotonic()  # far behind: re-anchor rather than burst
+
+    # ------------------------------------------------------------------ start and stop
+    def start(self, wait_s: float = 5.0) -> None:
+        """Wait for the robot's state, then PASSIVE → STAND → POLICY (raises on a timeout)."""
+        self._running = True
+        self._thread = threading.Thread(target=self._command_loop, name="lowcmd", daemon=True)
+        self._thread.start()
+        deadline = time.monotonic() + wait_s
+        while self._state is None:
+            if time.monotonic() > deadline:
+                self.close()
+                raise RobotError(
+                    f"no {self.spec.name} state on rt/lowstate (DDS domain "
+                    f"{self.description['dds_domain']}, interface "
+                    f"{self.description['dds_interface']}) within {wait_s:g} s: is the robot, "
+                    "or `orin-rl sim-robot`, running on that domain and interface?"
+                )
+            time.sleep(0.005)
+        self.machine.start(self._q())
+        deadline = time.monotonic() + self.machine.cfg.stand_s + 5.0
+        while not self.machine.stand_done(self._q()):
+            if self.machine.stopped or time.monotonic() > deadline:
+                self.machine.stop("the stand-up did not reach the default pose")
+                cause = self.machine.transitions[-1]["cause"]
+                raise RobotError(f"{self.spec.name}: stand-up stopped: {cause}")
+            time.sleep(0.005)
+        self.builder.reset()
+        self._t0 = time.monotonic()
+
+    def _q(self) -> np.ndarray:
+        with self._lock:
+            state = self._state
+        return state["motor_state[].q"].astype(np.float64)[self.motor_index]
+
+    def close(self) -> None:
+        """Latch damping, keep sending it briefly, then leave the wire."""
+        if self._running:
+            if not self.machine.stopped:
+                self.machine.stop("run ended")
+            time.sleep(0.05)  # a few damping commands go out
+            self._running = False
+            if self._thread is not None:
+                self._thread.join(timeout=1.0)
+        self.participant = None
+
+    # ------------------------------------------------------------------ the control loop's side
+    def sensor(self) -> np.ndarray:
+        """(1, obs_dim) from the newest state."""
+        with self._lock:
+            state, velocity_w = self._state, self._velocity_w
+        quat = state["imu_state.quaternion"].astype(np.float64)
+        velocity = None if velocity_w is None else world_to_body(quat, velocity_w)
+        robot = state_from_motors(
+            quat,
+            state["imu_state.gyroscope"],
+            state["motor_state[].q"],
+            state["motor_state[].dq"],
+            self.motor_index,
+            velocity,
+        )
+        command = self.command.at(time.monotonic() - self._t0)
+        if velocity is not None and len(command) >= 2 and self.machine.mode is Mode.POLICY:
+            self._errors.append(float(np.linalg.norm(command[:2] - velocity[:2])))
+        self._q_now = robot.joint_pos
+        return self.builder.build(robot, command)[None]
+
+    def actuate(self, action: np.ndarray) -> None:
+        """The policy's raw action (1, n): to the safety machine, and the next last-action."""
+        action = np.asarray(action, dtype=np.float64).reshape(-1)
+        self.machine.policy_tick(action, self._q_now)
+        self.builder.record_action(action)
+        self.counts["ticks"] += 1
+
+    def non_finite(self) -> None:
+        """The backend replaced a non-finite output with its safe action: stop."""
+        self.machine.stop("non-finite action (replaced by the backend)")
+
+    def should_stop(self) -> bool:
+        return self.machine.stopped
+
+    def report(self) -> dict[str, Any]:
+        falls = sum(t["cause"].startswith("tilt") for t in self.machine.transitions)
+        return {
+            **self.description,
+            "ticks": self.counts["ticks"],
+            "falls": falls,
+            "tracking_error": float(np.mean(self._errors)) if self._errors else None,
+            "state_messages": self.counts["states"],
+            "command_messages": self.counts["commands"],
+            **self.machine.report(),
+        }
+
+
+def _robot_spec(robot: str, contract: DeployContract) -> RobotSpec:
+    spec = ROBOTS.get(robot)
+    if spec is None:
+        raise RobotError(f"unknown robot {robot!r}; known: {', '.join(ROBOTS)}")
+    if contract.robot != spec.name or contract.motor_index is None:
+        raise RobotError(
+            f"the policy was trained for {contract.robot or 'a robot orin_rl cannot map'}, not "
+            f"{spec.name}: its joints {contract.joint_names[:3]}... are not {spec.name}'s motors"
+        )
+    return spec
