@@ -14,6 +14,7 @@ Torch-free; needs the ``robot`` extra (cyclonedds).
 
 from __future__ import annotations
 
+import gc
 import logging
 import threading
 import time
@@ -213,6 +214,12 @@ class UnitreePlant:
     # ------------------------------------------------------------------ start and stop
     def start(self, wait_s: float = 5.0) -> None:
         """Wait for the robot's state, then PASSIVE → STAND → POLICY (raises on a timeout)."""
+        # The control loop collects garbage before its first tick: a full collection of a
+        # large heap holds the GIL long enough (0.5 s seen with mjlab loaded) to starve the
+        # command thread. Collect now, before any motor is driven, and freeze what survives
+        # out of later collections.
+        gc.collect()
+        gc.freeze()
         self._running = True
         self._thread = threading.Thread(target=self._command_loop, name="lowcmd", daemon=True)
         self._thread.start()
@@ -227,6 +234,22 @@ class UnitreePlant:
                     "or `orin-rl sim-robot`, running on that domain and interface?"
                 )
             time.sleep(0.005)
+        while self.needs_velocity and self._velocity_w is None:
+            if time.monotonic() > deadline:
+                self.close()
+                raise RobotError(
+                    "the policy reads the base's linear velocity (base_lin_vel) and nothing "
+                    "publishes it on rt/sportmodestate: the twin does; a real robot in "
+                    "low-level mode needs a state estimator, or a policy trained without it"
+                )
+            time.sleep(0.005)
+        with self._lock:
+            quat = self._state["imu_state.quaternion"]
+        self.machine.check_state(quat, self._q())  # the start-up orientation check
+        if self.machine.stopped:
+            raise RobotError(
+                f"{self.spec.name}: not started: {self.machine.transitions[-1]['cause']}"
+            )
         self.machine.start(self._q())
         deadline = time.monotonic() + self.machine.cfg.stand_s + 5.0
         while not self.machine.stand_done(self._q()):

@@ -152,20 +152,28 @@ class Endpoint:
         return latest
 
 
+_DOMAINS: dict[int, tuple[Any, str | None]] = {}
+"""Domains configured by this process (CycloneDDS configures a domain once a process)."""
+
+
 def participant(domain: int, interface: str | None) -> Any:
     """A DDS participant on ``domain``, bound to network ``interface`` (``lo``: this machine
-    only) where given; Unitree's SDK configures CycloneDDS the same way."""
+    only) where given; Unitree's SDK configures CycloneDDS the same way. A process configures
+    each domain once: later participants on it share that configuration."""
     from cyclonedds.domain import Domain, DomainParticipant
 
-    if interface:
+    if interface and domain not in _DOMAINS:
         xml = (
             "<CycloneDDS><Domain><General><Interfaces>"
             f'<NetworkInterface name="{interface}" priority="default" multicast="default"/>'
             "</Interfaces></General></Domain></CycloneDDS>"
         )
-        domain_obj = Domain(domain, xml)
-    else:
-        domain_obj = None
-    dp = DomainParticipant(domain)
-    dp._orin_domain = domain_obj  # keep the configured domain alive with the participant
-    return dp
+        _DOMAINS[domain] = (Domain(domain, xml), interface)
+    elif interface and _DOMAINS[domain][1] != interface:
+        from orin_rl.robot import RobotError
+
+        raise RobotError(
+            f"DDS domain {domain} is bound to {_DOMAINS[domain][1]} in this process, not "
+            f"{interface}: use another domain id"
+        )
+    return DomainParticipant(domain)

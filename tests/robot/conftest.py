@@ -66,8 +66,12 @@ def linear_bundle(folder: Path, contract: dict, weight: float = 0.0, bias=None) 
         precision="fp32",
         inputs=[TensorSpec("obs", [1, n_obs], "float32")],
         outputs=[TensorSpec("action", [1, n_act], "float32")],
-        action_space={"kind": "continuous", "shape": [n_act], "low": [float("-inf")] * n_act,
-                      "high": [float("inf")] * n_act},  # fmt: skip
+        action_space={
+            "kind": "continuous",
+            "shape": [n_act],
+            "low": [float("-inf")] * n_act,
+            "high": [float("inf")] * n_act,
+        },
         normalizer=None,
         parity_max_abs_error=0.0,
         env_id=G1,

@@ -172,5 +172,7 @@ def test_the_codecs_commands_carry_unitrees_crc():
     mode = rng.integers(0, 2, 35)
     msg = unitree.LowCmd_.deserialize(bytes(codec.lowcmd(q, kp, kd, mode, 5)))
     assert msg.mode_machine == 5
-    assert [m.q for m in msg.motor_cmd] == q.tolist() and [m.mode for m in msg.motor_cmd] == list(mode)
+    assert [m.q for m in msg.motor_cmd] == q.tolist() and [m.mode for m in msg.motor_cmd] == list(
+        mode
+    )
     assert unitree_crc.Crc(msg) == msg.crc

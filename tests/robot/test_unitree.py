@@ -1,0 +1,187 @@
+"""The G1 plant over DDS on loopback (``lo``), against a robot stand-in on the same wire and
+against the MuJoCo twin in its own process: stand-up, policy ticks, and the latched stops
+(a tilted robot, a killed twin, a non-finite action, a slow policy). Each test bounds its
+time and its domain id is its own."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from tests.robot.conftest import linear_bundle, require_dds
+
+require_dds()
+
+from orin_rl.robot import RobotError  # noqa: E402
+from orin_rl.robot.contract import DeployContract  # noqa: E402
+from orin_rl.robot.safety import Mode, SafetyConfig  # noqa: E402
+from orin_rl.robot.unitree import UnitreePlant  # noqa: E402
+from orin_rl.runtime.loop import ControlLoop, LoopConfig  # noqa: E402
+
+
+class StandIn(threading.Thread):
+    """A robot on the wire without physics: publishes LowState_ at 500 Hz; its joints go
+    where the last command with stiffness put them; records what it was sent."""
+
+    def __init__(self, domain: int, contract: DeployContract, tilt: float = 0.0):
+        super().__init__(daemon=True)
+        from orin_rl.robot import unitree_msgs as msgs
+        from orin_rl.robot.wire import Endpoint, Layout, participant
+
+        self.dp = participant(domain, "lo")
+        self.out = Endpoint(self.dp, msgs.LOWSTATE, msgs.HgLowState, "writer")
+        self.sport = Endpoint(self.dp, msgs.SPORTSTATE, msgs.GoSportModeState, "writer")
+        self.sport_bytes = bytes(Layout(msgs.GoSportModeState).encode({}))
+        self.cmd = Endpoint(self.dp, msgs.LOWCMD, msgs.HgLowCmd, "reader")
+        self.state_layout, self.cmd_layout = Layout(msgs.HgLowState), Layout(msgs.HgLowCmd)
+        self.q = np.zeros(35)
+        self.q[contract.motor_index] = np.asarray(contract.default_joint_pos) + 0.05
+        self.quat = np.array([np.cos(tilt / 2), np.sin(tilt / 2), 0.0, 0.0])
+        self.kp_seen: list[float] = []
+        self.publishing = True
+        self.running = True
+
+    def run(self):
+        while self.running:
+            data = self.cmd.take_latest()
+            if data is not None:
+                c = self.cmd_layout.decode(data, ("motor_cmd[].q", "motor_cmd[].kp"))
+                self.kp_seen.append(float(c["motor_cmd[].kp"].max()))
+                stiff = c["motor_cmd[].kp"] > 0
+                self.q[stiff] = c["motor_cmd[].q"][stiff]
+            if self.publishing:
+                self.out.write(self.state_layout.encode(
+                    {"imu_state.quaternion": self.quat, "motor_state[].q": self.q}))  # fmt: skip
+                self.sport.write(self.sport_bytes)  # standing still
+            time.sleep(0.002)
+
+
+@pytest.fixture
+def contract(g1_contract):
+    return DeployContract.from_dict(g1_contract)
+
+
+def _loop(plant, infer, ticks):
+    cfg = LoopConfig(rate_hz=50.0, iterations=ticks)
+    return ControlLoop(plant.sensor, infer, plant.actuate, cfg, should_stop=plant.should_stop).run()
+
+
+def test_a_tilted_robot_is_never_stood_up(contract):
+    """Tilted 1.2 rad: the start-up orientation check stops it in passive (damping only was
+    ever sent) and says why (mutation: no check before the stand-up: it starts standing)."""
+    robot = StandIn(21, contract, tilt=1.2)
+    robot.start()
+    plant = UnitreePlant(contract, domain=21, interface="lo")
+    try:
+        with pytest.raises(RobotError, match=r"tilt 1\.20 rad"):
+            plant.start(wait_s=5.0)
+    finally:
+        plant.close()
+        robot.running = False
+    assert robot.kp_seen and max(robot.kp_seen) == 0.0
+    assert [(t["from"], t["to"]) for t in plant.machine.transitions] == [("passive", "stopped")]
+
+
+def test_a_slow_policy_and_a_silent_robot_are_stopped(contract):
+    """Stood up and driven; a policy taking 45 ms of a 20 ms period is stopped (late tick);
+    a second run whose robot goes silent is stopped by the watchdog (mutations: no late-tick
+    check; no watchdog in the command thread)."""
+    robot = StandIn(22, contract)
+    robot.start()
+    zero = np.zeros((1, contract.num_joints), np.float32)
+    try:
+        plant = UnitreePlant(contract, domain=22, interface="lo",
+                             safety=SafetyConfig(stand_s=0.2))  # fmt: skip
+        plant.start(wait_s=5.0)
+        assert plant.machine.mode is Mode.POLICY
+        calls = []
+
+        def slow_from_the_eleventh(obs):
+            calls.append(1)
+            if len(calls) > 10:
+                time.sleep(0.045)
+            return zero
+
+        result = _loop(plant, slow_from_the_eleventh, 30)
+        plant.close()
+        stop = plant.machine.transitions[2]
+        assert stop["to"] == "stopped" and "tick" in stop["cause"], plant.machine.transitions
+        assert stop["tick"] >= 10 and result.iterations < 30  # on time until it was slow
+
+        plant = UnitreePlant(contract, domain=22, interface="lo",
+                             safety=SafetyConfig(stand_s=0.2))  # fmt: skip
+        plant.start(wait_s=5.0)
+        robot.publishing = False
+        result = _loop(plant, lambda obs: zero, 50)
+        plant.close()
+        assert result.iterations < 50
+        assert "silent" in plant.machine.transitions[-1]["cause"], plant.machine.transitions
+    finally:
+        robot.running = False
+
+
+def test_a_non_finite_model_output_stops_the_robot(g1_contract, tmp_path):
+    """``orin-rl run --plant``'s path: a model whose output is NaN (ONNX Runtime's backend
+    replaces it with the safe action and counts it): the robot stops at the first tick
+    (mutation: the infer wrapper not told the robot)."""
+    from orin_rl.runtime.robot_run import run_on_robot
+
+    contract = DeployContract.from_dict(g1_contract)
+    bundle = linear_bundle(tmp_path / "bundle", g1_contract, bias=[np.nan] * 29)
+    robot = StandIn(23, contract)
+    robot.start()
+    try:
+        report = run_on_robot(bundle, "onnxruntime", "unitree-g1", 100, domain=23,
+                              interface="lo", safety={"stand_s": 0.2})  # fmt: skip
+    finally:
+        robot.running = False
+    assert report["ticks"] <= 2, report["ticks"]
+    assert report["transitions"][-1]["cause"].startswith("non-finite"), [
+        t["cause"] for t in report["transitions"]
+    ]
+
+
+def test_the_twin_stands_up_runs_the_policy_and_a_killed_twin_stops_it(g1_contract, tmp_path):
+    """``orin-rl sim-robot`` in its own process (held on its gantry), the plant over DDS: the
+    stand-up brings every joint within 0.2 rad of the default pose, 50 policy ticks run on
+    time, every command's CRC checks out at the twin; then the twin is killed and the
+    watchdog stops the run (mutation: a wrong CRC: the twin executes none)."""
+    contract = DeployContract.from_dict(g1_contract)
+    report = tmp_path / "twin.json"
+    twin = subprocess.Popen(
+        [sys.executable, "-m", "orin_rl.cli", "-q", "sim-robot", "--dds-domain", "24",
+         "--dds-interface", "lo", "--hold-s", "60", "--seconds", "60", "--report", str(report)],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+    )  # fmt: skip
+    try:
+        plant = UnitreePlant(contract, domain=24, interface="lo")
+        plant.start(wait_s=45.0)  # the twin builds the task's model first
+        error = np.max(np.abs(plant._q() - np.asarray(contract.default_joint_pos)))
+        assert error < 0.2, error
+        zero = np.zeros((1, contract.num_joints), np.float32)
+        modes = []
+
+        def kill_at_50(obs):
+            modes.append(plant.machine.mode)
+            if len(modes) == 50:
+                twin.terminate()
+            return zero
+
+        result = _loop(plant, kill_at_50, 150)
+        plant.close()
+        assert modes[:50] == [Mode.POLICY] * 50 and result.iterations < 150
+        stop = plant.machine.transitions[2]
+        assert "silent" in stop["cause"] and stop["tick"] >= 50, plant.machine.transitions
+        twin.wait(timeout=10)
+    finally:
+        if twin.poll() is None:
+            twin.kill()
+    import json
+
+    seen = json.loads(report.read_text())
+    assert seen["commands"] > 500 and seen["bad_crc"] == 0, seen
