@@ -15,7 +15,9 @@ install: $(STAMP)
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check $(PIP_ARGS) -e '.[export,dev,sim,mjlab]'
+	$(PY) -m pip install --quiet --disable-pip-version-check $(PIP_ARGS) -e '.[export,dev,sim,mjlab,robot]'
+	# Unitree's own IDL types and CRC, the wire tests' reference (its opencv dependency unused)
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps 'unitree-sdk2py-dimos==1.0.3'
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -97,6 +97,27 @@ if [[ -z "${SKIP_SIM:-}" ]]; then
     echo "setup.sh: GPU physics not installed (Warp/MuJoCo Warp); everything else works: rerun with WARP_WHEEL=... or SKIP_SIM=1" >&2
   fi
 fi
+# The robot's wire (orin-rl run --plant unitree-g1): PyPI has no aarch64 cyclonedds wheel, so
+# its Python binding builds from source against the CycloneDDS C library of the same version,
+# built here into $venv/cyclonedds (as Unitree's SDK README does it). SKIP_ROBOT=1 skips it;
+# CYCLONEDDS_VERSION picks the release. Not yet run on a board.
+if [[ -z "${SKIP_ROBOT:-}" ]]; then
+  dds_version="${CYCLONEDDS_VERSION:-11.0.1}"
+  dds_home="$venv/cyclonedds"
+  dds_src="$(mktemp -d)"
+  if git clone --quiet --depth 1 --branch "$dds_version" \
+      https://github.com/eclipse-cyclonedds/cyclonedds "$dds_src" \
+    && cmake -S "$dds_src" -B "$dds_src/build" -DCMAKE_INSTALL_PREFIX="$dds_home" \
+      -DBUILD_EXAMPLES=OFF -DBUILD_TESTING=OFF -DBUILD_IDLC_TESTING=OFF \
+    && cmake --build "$dds_src/build" --target install --parallel "$(nproc)" \
+    && CYCLONEDDS_HOME="$dds_home" "$venv/bin/python" -m pip install --no-binary cyclonedds \
+      "cyclonedds==$dds_version"; then
+    echo "setup.sh: cyclonedds $dds_version built against $dds_home (the robot extra)"
+  else
+    echo "setup.sh: cyclonedds not built (needs git, cmake and a compiler: sudo apt install git cmake build-essential); the robot wire is unavailable, the rest works" >&2
+  fi
+  rm -rf "$dds_src"
+fi
 # The GPU and DLA device nodes (/dev/nvmap, /dev/nvhost-*) belong to the video group: a user
 # outside it gets "NvRmMemInitNvmap ... Permission denied" from CUDA.
 if ! id -nG | tr ' ' '\n' | grep -qx video; then

@@ -26,7 +26,7 @@ def robot_run_flags(p: argparse.ArgumentParser) -> None:
     """``orin-rl run --plant ...``."""
     g = p.add_argument_group("robot (--plant)")
     g.add_argument("--plant", choices=PLANTS,
-                   help="drive a robot over its own wire instead of a simulated env")  # fmt: skip
+                   help="drive a robot over its own wire (default: none, a simulated env)")  # fmt: skip
     _dds_flags(g, default_domain=0)
     g.add_argument("--command", metavar="VX,VY,WZ", dest="velocity_command",
                    help="the velocity command (default: zero; 'random': resampled in the "
@@ -66,7 +66,11 @@ def sim_robot_flags(p: argparse.ArgumentParser) -> None:
         default=0.0,
         help="start the robot rolled by this many radians (tests the tilt stop)",
     )
-    p.add_argument("--report", type=Path, help="write the twin's JSON report here on exit")
+    p.add_argument(
+        "--report",
+        type=Path,
+        help="write the twin's JSON report here on exit (default: not written)",
+    )
 
 
 def plant_server_flags(p: argparse.ArgumentParser) -> None:

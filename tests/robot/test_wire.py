@@ -176,3 +176,24 @@ def test_the_codecs_commands_carry_unitrees_crc():
         mode
     )
     assert unitree_crc.Crc(msg) == msg.crc
+
+
+def test_the_robot_side_runs_without_torch():
+    """A robot's deploy image carries no torch: the plant, the codec, the contract and the
+    run path import and work with torch unimportable (mutation: a module-level torch import
+    in ``robot/``)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; sys.modules['torch'] = None\n"
+        "import orin_rl.runtime.robot_run, orin_rl.robot.unitree, orin_rl.robot.safety\n"
+        "from orin_rl.robot.unitree import HgCodec\n"
+        "import numpy as np\n"
+        "HgCodec().lowcmd(np.zeros(35), np.zeros(35), np.zeros(35), np.zeros(35), 5)\n"
+        "print(sorted({m.split('.')[0] for m, v in sys.modules.items() if v is not None} & "
+        "{'torch', 'numba', 'mjlab', 'warp'}))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]", out.stdout
