@@ -25,8 +25,11 @@ def _dds_flags(p: argparse._ActionsContainer, default_domain: int) -> None:
 def robot_run_flags(p: argparse.ArgumentParser) -> None:
     """``orin-rl run --plant ...``."""
     g = p.add_argument_group("robot (--plant)")
-    g.add_argument("--plant", choices=PLANTS,
-                   help="drive a robot over its own wire (default: none, a simulated env)")  # fmt: skip
+    g.add_argument(
+        "--plant",
+        choices=PLANTS,
+        help="drive a robot over its own wire (default: none, a simulated env)",
+    )
     _dds_flags(g, default_domain=0)
     g.add_argument("--command", metavar="VX,VY,WZ", dest="velocity_command",
                    help="the velocity command (default: zero; 'random': resampled in the "
