@@ -434,6 +434,11 @@ def test_train_export_eval_through_the_cli(tmp_path):
     assert info["inputs"][0]["shape"][-1] == actor_dim
     assert len(info["normalizer"]["mean"]) == actor_dim
     assert info["parity"]["max_rel_error"] < 1e-4
+    deploy = info["deploy"]  # what a robot needs, from the task itself (Go1: no SDK2 motor map)
+    assert len(deploy["joint_names"]) == 12 and deploy["step_dt"] == pytest.approx(0.02)
+    assert sum(t["dim"] for t in deploy["observations"]) == actor_dim
+    assert deploy["robot"] is None and deploy["precision"] == {"full": True}
+    assert "Infinity" not in (run / "bundle" / "policy.json").read_text()  # strict JSON
     report = tmp_path / "run.json"
     run_cmd = [*cmd, "run", "--model", str(run / "bundle"), "--backend", "onnxruntime",
            "--rate", "200", "--steps", "30", "--report", str(report)]  # fmt: skip
