@@ -157,4 +157,5 @@ HG_LOWCMD_STRUCT = np.dtype(
     align=True,
 )
 """The C struct ``HG_LOWCMD_FORMAT`` packs, as a numpy record (fill it, then ``of_bytes``)."""
-assert HG_LOWCMD_STRUCT.itemsize == struct.calcsize(HG_LOWCMD_FORMAT)
+if HG_LOWCMD_STRUCT.itemsize != struct.calcsize(HG_LOWCMD_FORMAT):  # numpy's C alignment
+    raise ImportError("HG_LOWCMD_STRUCT does not match Unitree's packed LowCmd_ layout")

@@ -73,6 +73,13 @@ def test_mjlabs_export_runs_in_orin_rl_with_the_actions_of_its_pytorch_policy(
     assert info.env_id == GO1 and info.inputs[0].shape == [1, 48]
     assert info.parity_max_abs_error < 1e-5 and info.parity["task_checked"] == GO1
     assert result.metadata["joint_names"].startswith("FR_hip_joint")
+    # the deploy contract comes from the task at full precision; what mjlab's 3-decimal CSV
+    # lost is measured, and the file is strict JSON (an unbounded action: null)
+    assert info.deploy["joint_names"] == result.metadata["joint_names"].split(",")
+    lost = info.deploy["precision"]["metadata_max_rounding_error"]
+    assert set(lost) == {"joint_stiffness", "joint_damping", "default_joint_pos", "action_scale"}
+    assert all(0 <= v <= 5e-4 + 1e-9 for v in lost.values()), lost
+    assert "Infinity" not in (tmp_path / "bundle" / "policy.json").read_text()
     obs = np.random.default_rng(1).normal(size=(20, 48)).astype(np.float32)
     with torch.no_grad():
         want = np.concatenate([module(torch.from_numpy(o[None])).numpy() for o in obs])
