@@ -201,9 +201,10 @@ class UnitreePlant:
                     self.machine.check_silence(now - self._state_time)
                 self.machine.check_policy()
                 self._send()
-            except Exception as exc:  # the wire broke: stop the robot, say why
+            except Exception as exc:  # the wire broke: stop the robot, say why (once)
+                if not self.machine.stopped:
+                    log.exception("the command thread failed")
                 self.machine.stop(f"command thread: {type(exc).__name__}: {exc}")
-                log.exception("the command thread failed")
             next_time += period  # accumulated deadlines: no drift from the work's time
             delay = next_time - time.monotonic()
             if delay > 0:
