@@ -8,10 +8,13 @@ ones to learn on CPU physics (16 envs) or GPU physics (4,096 envs); see README "
 
 from __future__ import annotations
 
+import logging
 import math
 from typing import Any
 
 from orin_rl import env_backends
+
+log = logging.getLogger(__name__)
 
 PRESETS: dict[str, dict[str, Any]] = {
     # The zoo's small rollouts (8 envs x 32 steps, lr 1e-3, gamma 0.98, lambda 0.8) with half
@@ -174,12 +177,21 @@ OFF_POLICY_PRESETS: dict[tuple[str, str], dict[str, Any]] = {
 }
 
 
-def preset_overrides(env_id: str, algo: str = "ppo", backend: str = "gym") -> dict[str, Any]:
+def _cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def preset_overrides(
+    env_id: str, algo: str = "ppo", backend: str = "gym", device: str = "auto"
+) -> dict[str, Any]:
     """The preset for ``env_id`` trained by ``algo`` on the env ``backend`` (with
-    ``env.env_id`` and ``train.algo`` set), or just those two if there is none."""
+    ``env.env_id`` and ``train.algo`` set), or just those two if there is none. ``device``:
+    the learner's (``auto``: CUDA where torch sees it), which sizes a robot task's envs."""
     base: dict[str, Any] = {"env.env_id": env_id}
     if env_backends.for_id(env_id, backend) == "mjlab" and algo == "ppo":
-        return {**base, **mjlab_preset(env_id)}
+        return {**base, **mjlab_preset(env_id, device)}
     if algo != "ppo":
         return {**base, "train.algo": algo, **OFF_POLICY_PRESETS.get((env_id, algo), {})}
     if backend == "gpu" and env_id in GPU_PRESETS:
@@ -187,18 +199,28 @@ def preset_overrides(env_id: str, algo: str = "ppo", backend: str = "gym") -> di
     return {**base, **PRESETS.get(env_id, {})}
 
 
-def mjlab_preset(env_id: str) -> dict[str, Any]:
+MJLAB_CUDA_ENVS = 4096
+"""Worlds of a robot task on a GPU: what mjlab's own ``train`` is run with (its README)."""
+MJLAB_CPU_ENVS = 4
+"""Worlds on Warp's CPU device: each step costs ~0.1 s there; enough to try a task."""
+
+
+def mjlab_preset(env_id: str, device: str = "auto") -> dict[str, Any]:
     """An mjlab task's own rsl_rl configuration, as orin_rl settings.
 
     rsl_rl's value loss is the plain mean squared error where orin_rl's is half of it, so
     ``vf_coef`` is twice rsl_rl's ``value_loss_coef``; its adaptive schedule is
-    ``ppo.desired_kl``. The total is the task's ``max_iterations`` of its own batch.
+    ``ppo.desired_kl``. The total is the task's ``max_iterations`` of its own batch. The
+    worlds: 4,096 on a GPU (mjlab's task configs say 1, a viewer's number), 4 on the CPU.
     """
-    from orin_rl.envs.mjlab import import_mjlab, rl_config
+    from orin_rl.envs.mjlab import rl_config
 
     rl = rl_config(env_id)
     algo, actor, critic = rl.algorithm, rl.actor, rl.critic
-    num_envs = import_mjlab().load_env_cfg(env_id).scene.num_envs
+    on_cuda = device == "cuda" or (device == "auto" and _cuda_available())
+    num_envs = MJLAB_CUDA_ENVS if on_cuda else MJLAB_CPU_ENVS
+    if not on_cuda:
+        log.info("%s on the CPU: %d worlds (4,096 on a GPU); --num-envs sets it", env_id, num_envs)
     std = (actor.distribution_cfg or {}).get("init_std", 1.0)
     adaptive = algo.schedule == "adaptive"
     preset: dict[str, Any] = {

@@ -60,7 +60,8 @@ def train_config(args: argparse.Namespace) -> Config:
     env_id = sets.get("env.env_id") or args.env or env_file.get("env_id") or Config().env.env_id
     algo = sets.get("train.algo") or args.algo or train_file.get("algo") or "ppo"
     backend = sets.get("env.backend") or args.env_backend or env_file.get("backend") or "gym"
-    chosen = preset_overrides(env_id, algo, backend)
+    device = sets.get("train.device") or args.device or train_file.get("device") or "auto"
+    chosen = preset_overrides(env_id, algo, backend, device)
     if args.no_preset:  # only what selects the env and the algorithm
         chosen = {k: v for k, v in chosen.items() if k in ("env.env_id", "train.algo")}
     preset = [f"{k}={json.dumps(v)}" for k, v in chosen.items()]
