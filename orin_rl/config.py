@@ -498,10 +498,8 @@ def validate(cfg: Config) -> None:
         raise ConfigError(f"train.max_wall_s: must be positive, got {cfg.train.max_wall_s}")
     if cfg.train.eval_every < 0 or cfg.train.torch_threads < 0:
         raise ConfigError("train.eval_every and train.torch_threads must be >= 0")
-    if cfg.env.max_episode_steps is not None and cfg.env.max_episode_steps <= 0:
-        raise ConfigError(
-            f"env.max_episode_steps: must be positive, got {cfg.env.max_episode_steps}"
-        )
+    if (steps := cfg.env.max_episode_steps) is not None and steps <= 0:
+        raise ConfigError(f"env.max_episode_steps: must be positive, got {steps}")
     if (
         cfg.env.vectorization == "workers"
         and env_backends.for_id(cfg.env.env_id, cfg.env.backend) != "gym"
@@ -528,11 +526,11 @@ def validate(cfg: Config) -> None:
                 raise ConfigError(f"{section}.{name}: must be positive, got {getattr(sub, name)}")
         if not 0 < sub.tau <= 1:
             raise ConfigError(f"{section}.tau: must be within (0, 1], got {sub.tau}")
-    if not 0.0 <= cfg.sac.critic_dropout < 1.0:
-        raise ConfigError(
-            f"sac.critic_dropout: must be within [0, 1), got {cfg.sac.critic_dropout}"
-        )
+    if not 0.0 <= (dropout := cfg.sac.critic_dropout) < 1.0:
+        raise ConfigError(f"sac.critic_dropout: must be within [0, 1), got {dropout}")
     on = cfg.online
+    if cfg.train.overlap and (cfg.train.algo != "ppo" or on.enabled):
+        raise ConfigError("train.overlap: PPO's rollouts only, not --algo sac/dqn or --online")
     if on.enabled:
         if cfg.train.algo not in ("sac", "dqn"):
             raise ConfigError(

@@ -59,6 +59,18 @@ def test_compiled_update_needs_fp32():
     assert C.apply_overrides(C.Config(), ["ppo.compile_update=true"]).ppo.compile_update
 
 
+@pytest.mark.parametrize(
+    "others",
+    [["train.algo=sac", "env.env_id=Pendulum-v1"], ["train.algo=dqn"],
+     ["train.algo=sac", "online.enabled=true", "env.num_envs=1", "env.env_id=Pendulum-v1"]],
+)  # fmt: skip
+def test_overlap_is_ppos_only(others):
+    """--overlap with SAC, DQN or --online was accepted silently (issue 41, item 6)."""
+    with pytest.raises(C.ConfigError, match=r"train\.overlap: PPO's rollouts only"):
+        C.apply_overrides(C.Config(), [*others, "train.overlap=true"])
+    C.apply_overrides(C.Config(), others)  # valid without it
+
+
 @pytest.mark.parametrize("option", ["ppo.rsl_rl=true", "ppo.target_kl=0.02"])
 def test_single_agent_options_are_refused_with_many_agents(option):
     with pytest.raises(C.ConfigError, match=f"{option.split('=')[0]}: not supported"):
