@@ -59,7 +59,7 @@ def task_side(model: Path, command: np.ndarray, ticks: int, device: str) -> dict
                 getattr(term, flag)[:] = False
 
     obs, _ = env.reset(seed=0)
-    errors, falls = [], 0
+    errors, speeds, falls = [], [], 0
     with runner:
         for _ in range(ticks):
             hold()
@@ -71,11 +71,13 @@ def task_side(model: Path, command: np.ndarray, ticks: int, device: str) -> dict
             if v is None:
                 v = task.scene["robot"].data.root_link_lin_vel_b[0].cpu().numpy()
             errors.append(float(np.linalg.norm(command[:2] - v[:2])))
+            speeds.append(float(v[0]))
             if terminated or truncated:
                 falls += int(terminated and not truncated)
                 obs, _ = env.reset()
     env.close()
-    return {"ticks": ticks, "falls": falls, "tracking_error": float(np.mean(errors))}
+    return {"ticks": ticks, "falls": falls, "tracking_error": float(np.mean(errors)),
+            "forward_velocity": float(np.mean(speeds))}  # fmt: skip
 
 
 def twin_side(model: Path, command: str, ticks: int, domain: int, out: Path) -> dict:
@@ -103,6 +105,10 @@ def twin_side(model: Path, command: str, ticks: int, domain: int, out: Path) -> 
         twin.wait(timeout=30)
     report["twin"] = json.loads(twin_report.read_text()) if twin_report.is_file() else None
     return report
+
+
+def _fmt(x: float | None) -> str:
+    return "—" if x is None else f"{x:.3f}"
 
 
 def main() -> None:
@@ -133,6 +139,8 @@ def main() -> None:
             else None
         ),
         "training_falls": task["falls"],
+        "forward_velocity": twin.get("forward_velocity"),
+        "training_forward_velocity": task["forward_velocity"],
         "transitions": twin["transitions"],
         "latency_us": twin["latency_us"],
         "backend": twin.get("backend"),
@@ -145,12 +153,13 @@ def main() -> None:
     lines = [
         f"# Sim-to-sim: {args.model} on the DDS twin, command {args.command}",
         "",
-        "| | ticks | falls | tracking error (m/s) | deadline misses | p50 / p99 / max µs |",
-        "|---|---|---|---|---|---|",
+        "| | ticks | falls | tracking error (m/s) | forward velocity (m/s) | deadline misses "
+        "| p50 / p99 / max µs |",
+        "|---|---|---|---|---|---|---|",
         f"| the task (mjlab world) | {task['ticks']} | {task['falls']} | "
-        f"{task['tracking_error']:.3f} | — | — |",
+        f"{task['tracking_error']:.3f} | {task['forward_velocity']:.3f} | — | — |",
         f"| the twin over DDS | {result['ticks']} | {falls} | "
-        f"{result['tracking_error'] if result['tracking_error'] is None else round(result['tracking_error'], 3)} | "
+        f"{_fmt(result['tracking_error'])} | {_fmt(result['forward_velocity'])} | "
         f"{result['deadline_misses']} | {lat['p50']:.0f} / {lat['p99']:.0f} / {lat['max']:.0f} |",
         "",
         "Transitions: "

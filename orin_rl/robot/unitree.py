@@ -156,6 +156,7 @@ class UnitreePlant:
         self._t0 = time.monotonic()
         self.counts = {"states": 0, "commands": 0, "ticks": 0}
         self._errors: list[float] = []
+        self._speeds: list[float] = []
         self.description = {"plant": self.spec.name, "dds_domain": domain,
                             "dds_interface": interface or "default"}  # fmt: skip
 
@@ -296,6 +297,7 @@ class UnitreePlant:
         command = self.command.at(time.monotonic() - self._t0)
         if velocity is not None and len(command) >= 2 and self.machine.mode is Mode.POLICY:
             self._errors.append(float(np.linalg.norm(command[:2] - velocity[:2])))
+            self._speeds.append(float(velocity[0]))
         self._q_now = robot.joint_pos
         return self.builder.build(robot, command)[None]
 
@@ -320,6 +322,7 @@ class UnitreePlant:
             "ticks": self.counts["ticks"],
             "falls": falls,
             "tracking_error": float(np.mean(self._errors)) if self._errors else None,
+            "forward_velocity": float(np.mean(self._speeds)) if self._speeds else None,
             "state_messages": self.counts["states"],
             "command_messages": self.counts["commands"],
             **self.machine.report(),
