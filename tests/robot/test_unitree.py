@@ -89,8 +89,9 @@ def test_a_tilted_robot_is_never_stood_up(contract):
 
 def test_a_slow_policy_and_a_silent_robot_are_stopped(contract):
     """Stood up and driven; a policy taking 45 ms of a 20 ms period is stopped (late tick);
-    a second run whose robot goes silent is stopped by the watchdog (mutations: no late-tick
-    check; no watchdog in the command thread)."""
+    a second run whose robot goes silent is stopped by the watchdog (mutations: neither
+    late-tick check, the tick's own nor the command thread's; no watchdog in the command
+    thread: each fails it)."""
     robot = StandIn(22, contract)
     robot.start()
     zero = np.zeros((1, contract.num_joints), np.float32)
