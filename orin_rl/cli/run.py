@@ -66,10 +66,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         f"{report['non_finite_events']} non-finite"
     )
     print(f"return       {mean_return}")
-    if "falls" in report:  # an mjlab task's world
+    if "falls" in report and report.get("tracks_velocity", True):  # a locomotion task
         error = report["tracking_error_vel_xy"]
         tracking = "no episode ended" if error is None else f"{error:.3f} m/s (xy velocity)"
         print(f"falls        {report['falls']}; tracking error {tracking}")
+    elif "falls" in report:  # another mjlab task: an early end is not a fall
+        print(f"terminations {report['falls']} (episodes ended before their time limit)")
     return 0
 
 

@@ -420,6 +420,11 @@ class MjlabDriver:
         self.falls = 0
         self._ret = 0.0
         self._errors: list[float] = []
+        commands = self.env.vec.env.command_manager
+        self.tracks_velocity = any(
+            hasattr(commands.get_term(name), "vel_command_b") for name in commands.active_terms
+        )
+        """A velocity-tracking (locomotion) task: its early episode ends are falls."""
 
     def sensor(self) -> np.ndarray:
         """(1, actor_dim) observation the policy acts on."""
@@ -445,6 +450,7 @@ class MjlabDriver:
         error = float(np.mean(self._errors)) if self._errors else None
         return {
             "falls": self.falls,
+            "tracks_velocity": self.tracks_velocity,
             "tracking_error_vel_xy": error,
             "episode_end_ticks": self.episode_ends,
         }

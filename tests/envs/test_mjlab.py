@@ -384,6 +384,30 @@ def test_a_robot_task_trains_4096_worlds_on_a_gpu_and_a_few_on_the_cpu():
         assert f"num_envs: {want}" in proc.stdout, proc.stdout[:2000]
 
 
+def test_run_on_a_task_that_is_not_locomotion_reports_terminations_not_falls(tmp_path):
+    """Cartpole-Balance has no velocity command: ``run`` printed "falls 0; tracking error no
+    episode ended" (issue 41, item 13); now its early ends are terminations."""
+    from tests.robot.conftest import linear_bundle
+
+    env = envs.make("Mjlab-Cartpole-Balance", 1, "cpu")
+    obs_dim = env.obs_groups["actor"][1] - env.obs_groups["actor"][0]
+    act_dim = env.action_space.shape[0]
+    env.close()
+    contract = {"observations": [{"dim": obs_dim, "history_length": 0}],
+                "joint_names": ["j"] * act_dim}  # fmt: skip
+    bundle = linear_bundle(tmp_path / "bundle", contract)
+    info = json.loads((bundle / "policy.json").read_text())
+    info.update(env_id="Mjlab-Cartpole-Balance", deploy={})
+    (bundle / "policy.json").write_text(json.dumps(info))
+    proc = subprocess.run(
+        [sys.executable, "-m", "orin_rl.cli", "-q", "run", "--model", str(bundle), "--backend",
+         "onnxruntime", "--rate", "0", "--steps", "20"], capture_output=True, text=True,
+        timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "terminations" in proc.stdout and "falls" not in proc.stdout, proc.stdout
+
+
 def test_the_plants_warm_up_changes_nothing_of_the_run():
     """``orin-rl run``'s mjlab plant steps before the first tick (kernel loads, the graphs'
     captures), then starts from the seeded reset: the first observation and the first
