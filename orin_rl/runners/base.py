@@ -131,6 +131,9 @@ class Runner(Evaluation, ABC):
             num_workers=cfg.env.num_workers,
         )
         self.startup.mark("envs_s")
+        workers = getattr(self.env, "num_workers", None)
+        if cfg.env.vectorization == "workers" and isinstance(workers, int):
+            cfg.env.num_workers = workers  # what ran (clamped to the envs), in config.yaml
         self._build()
         self.startup.mark("build_s")
         if state is None and self.is_main:

@@ -186,3 +186,15 @@ def test_blocked_policies_fall_back_to_stepping_through_the_workers(tmp_path, ca
     assert runner.worker_rollouts is None
     assert "step one batch at a time: train.compile" in caplog.text
     runner.env.close()
+
+
+def test_config_yaml_records_the_workers_that_ran(tmp_path):
+    """More workers asked than envs: the pool runs one worker an env, and config.yaml says so (issue
+    41, item 12: it kept the number asked)."""
+    runner = _runner(tmp_path, "env.num_workers=7", env_id="CartPole-v1")
+    try:
+        assert runner.env.num_workers == runner.cfg.env.num_envs < 7
+        saved = C.load(tmp_path / "run" / "config.yaml")
+        assert saved.env.num_workers == runner.env.num_workers
+    finally:
+        runner.env.close()
