@@ -39,7 +39,10 @@ def overlap_blocker(cfg: Any, env: Any, device: torch.device, distributed: bool)
     """Why ``train.overlap`` cannot run this configuration (None: it can)."""
     checks = [
         (cfg.train.algo != "ppo", f"PPO only (train.algo is {cfg.train.algo})"),
-        (getattr(env, "graph_safe", False) or getattr(env, "has_own_graphs", False),
+        (getattr(env, "has_own_graphs", False),
+         "an mjlab task steps in MuJoCo Warp (on the GPU or Warp's CPU device alike), not in "
+         "CPU workers: --overlap overlaps gymnasium's CPU physics (env.backend gym)"),
+        (getattr(env, "graph_safe", False),
          "the envs step on the GPU: there is no CPU physics to overlap (env.backend gym)"),
         (cfg.train.cuda_graphs, "--cuda-graphs captures a whole synchronous iteration"),
         (cfg.train.num_agents > 1, "train.num_agents > 1"),

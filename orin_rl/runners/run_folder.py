@@ -126,8 +126,11 @@ def _check_config_file(run_dir: Path, saved: Config) -> None:
     new = _plain(on_disk) if on_disk is not None else None
     if new == old:
         return
-    if new is None:
-        what = "cannot be read"
+    if new is None:  # broken: no point suggesting it as a --config
+        raise RunFolderError(
+            f"{path} cannot be read; a resume takes its config from the checkpoint: restore "
+            "the file, or remove it to resume without it"
+        )
     else:
         diffs = [
             f"{section}.{key}: {old[section].get(key)!r} -> {value!r}"

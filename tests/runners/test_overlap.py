@@ -121,6 +121,19 @@ def test_overlap_is_refused_where_there_is_no_cpu_physics_to_overlap(tmp_path):
         make_runner(cfg, tmp_path / "gpu", progress=False)
 
 
+def test_an_mjlab_task_on_the_cpu_is_not_told_it_steps_on_the_gpu():
+    """An mjlab world on Warp's CPU device: the refusal names MuJoCo Warp, not "the GPU"
+    (issue 41, item 10)."""
+    from types import SimpleNamespace
+
+    from orin_rl.runners.overlap import overlap_blocker
+
+    cfg = C.apply_overrides(C.Config(), ["train.overlap=true"])
+    world = SimpleNamespace(has_own_graphs=True, graph_safe=False)
+    reason = overlap_blocker(cfg, world, torch.device("cpu"), distributed=False)
+    assert "mjlab" in reason and "GPU:" not in reason, reason
+
+
 def test_cartpole_solves_with_overlap(tmp_path):
     """The CartPole preset with --overlap reaches eval >= 475 (20 fresh episodes)."""
     run = tmp_path / "run"

@@ -78,6 +78,17 @@ def test_an_edited_config_yaml_is_refused_not_ignored(finished, capsys):
     assert "train.total_steps: 256 -> 200000" in err and "--total-steps N" in err
 
 
+def test_a_broken_config_yaml_is_not_offered_as_a_config(finished, capsys):
+    """A config.yaml that does not parse: the message said to train it with --config (issue
+    41, item 10); now it says to restore or remove it, and without it the resume goes on."""
+    (finished / "config.yaml").write_text("train: [unclosed\n")
+    assert cli.main(["-q", "train", "--resume", str(finished)]) == 2
+    err = capsys.readouterr().err
+    assert "cannot be read" in err and "--config" not in err, err
+    (finished / "config.yaml").unlink()
+    assert cli.main(["-q", "train", "--resume", str(finished), "--total-steps", "384"]) == 0
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
