@@ -118,6 +118,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.nproc is not None and args.nproc > 1 and "WORLD_SIZE" not in os.environ:
         from orin_rl.runners import resolve_device
 
+        if cfg.train.overlap:  # each rank would refuse it after torchrun's start: say it once
+            raise UsageError("--overlap runs in one process: drop --overlap or --nproc")
         resolve_device(cfg.train.device)  # a device that is not there: one line, before launching
         return _launch_torchrun(args, out)
     args.run_folder = out

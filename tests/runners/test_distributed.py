@@ -103,6 +103,19 @@ def test_nproc_below_one_is_one_line(tmp_path, bad):
     assert not (tmp_path / "r").exists()
 
 
+def test_overlap_with_nproc_is_one_line_before_torchrun(tmp_path):
+    """Exit 1, the error twice and ~40 lines of torchrun before (issue 41, item 5)."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "orin_rl.cli", "train", "--nproc", "2", "--overlap", "--out",
+         str(tmp_path / "r")], capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "orin-rl train: error: --overlap runs in one process: drop --overlap or --nproc"
+    ]
+    assert not (tmp_path / "r").exists()
+
+
 def _two_rank_worker(rank: int, store: str, out: str) -> None:
     """One of two gloo ranks with its own gradients, advantages and rows; writes its results."""
     import torch.distributed as dist
