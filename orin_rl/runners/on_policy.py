@@ -84,6 +84,9 @@ class OnPolicyRunner(Runner):
                 log.info("CUDA graphs in the env's step: %s", self.env_graphs)
             elif blocker and not self.env.has_own_graphs:
                 log.warning("CUDA graphs off: %s; running eagerly", blocker)
+            elif self.env.has_own_graphs:  # an mjlab world on Warp's CPU device, or graphs off
+                where = "CPU" if self.env.device.type != "cuda" else "GPU, ORIN_RL_MJLAB_GRAPHS=0"
+                log.warning("CUDA graphs off: the mjlab world steps eagerly (%s)", where)
         args = (self.policy, self.buffer, cfg.ppo, self.num_iterations, self.device)
         options = {"precision": cfg.train.precision, "capturable": self.use_graphs}
         if self.num_agents > 1:

@@ -454,9 +454,12 @@ def test_train_export_eval_through_the_cli(tmp_path):
     train = [*cmd, "train", "--no-progress", "--env", GO1, "--device", "cpu", "--num-envs", "4",
              "--total-steps", "64", "--out", str(run), "--set", "ppo.num_steps=8",
              "--set", "env.max_episode_steps=12", "--set", "train.eval_episodes=2",
-             "--set", "ppo.hidden_sizes=[32,32]", "--set", "train.tensorboard=false"]  # fmt: skip
+             "--set", "ppo.hidden_sizes=[32,32]", "--set", "train.tensorboard=false",
+             "--cuda-graphs"]  # fmt: skip
     proc = subprocess.run(train, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    # --cuda-graphs on the CPU says it is off (issue 41, item 7: silently off before)
+    assert "CUDA graphs off: the mjlab world steps eagerly (CPU)" in proc.stderr
     summary = json.loads((run / "summary.json").read_text())
     assert summary["env_backend"] == "mjlab" and summary["eval_episodes"] == 2
     assert "eval/Metrics/twist/error_vel_xy" in summary["eval_log"]
