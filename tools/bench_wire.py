@@ -70,7 +70,6 @@ def main() -> None:
     row("LowCmd_ encode with its CRC (cyclonedds serialize + our CRC vs the codec)",
         lambda: (cmd.serialize(), hg_lowcmd_crc(cmd)),
         lambda: codec.lowcmd(q, zeros + 40.0, zeros + 2.0, zeros + 1, 5))  # fmt: skip
-    crc_note = "Unitree's SDK not installed: no CRC row"
     try:
         from unitree_sdk2py.idl.default import unitree_hg_msg_dds__LowCmd_
         from unitree_sdk2py.utils.crc import CRC
@@ -84,8 +83,8 @@ def main() -> None:
         row("LowCmd_ CRC (Unitree's CRC().Crc vs the table CRC, both packing the message)",
             lambda: unitree.Crc(theirs), lambda: hg_lowcmd_crc(cmd))  # fmt: skip
         crc_note = f"Unitree's CRC path here: {'C library (ctypes)' if unitree.platform == 'Linux' else 'Python'}"
-    except ImportError:
-        pass
+    except ImportError:  # the CRC row needs Unitree's SDK (unitree-sdk2py-dimos)
+        crc_note = "Unitree's SDK not installed: no CRC row"
     result = {
         "machine": f"{platform.machine()} {platform.processor() or ''}".strip(),
         "python": platform.python_version(),
