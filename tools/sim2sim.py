@@ -23,7 +23,6 @@ import argparse
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -90,16 +89,9 @@ def twin_side(model: Path, command: str, ticks: int, domain: int, out: Path) -> 
         [sys.executable, "-m", "orin_rl.cli", "-q", "sim-robot", "--dds-domain", str(domain),
          "--dds-interface", "lo", "--seconds", str(seconds), "--report", str(twin_report)],
     )  # fmt: skip
-    try:
-        started = time.monotonic()
-        report = None
-        while report is None:
-            try:
-                report = run_on_robot(model, "onnxruntime", "unitree-g1", ticks, domain=domain,
-                                      interface="lo", command=command)  # fmt: skip
-            except Exception as exc:  # the twin still building its model: try again
-                if time.monotonic() - started > 60 or "within" not in str(exc):
-                    raise
+    try:  # the twin builds the task's model first (~15 s): wait for its first state
+        report = run_on_robot(model, "onnxruntime", "unitree-g1", ticks, domain=domain,
+                              interface="lo", command=command, wait_s=90.0)  # fmt: skip
     finally:
         twin.terminate()
         twin.wait(timeout=30)

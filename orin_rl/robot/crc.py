@@ -124,16 +124,6 @@ def crc_for(n_words: int) -> Crc32:
     return Crc32(n_words)
 
 
-def hg_lowcmd_crc(cmd) -> int:
-    """Unitree's ``CRC().Crc(cmd)`` of a ``unitree_hg`` LowCmd_ (ours or Unitree's type)."""
-    values = [cmd.mode_pr, cmd.mode_machine]
-    for m in cmd.motor_cmd:
-        values += [m.mode, m.q, m.dq, m.tau, m.kp, m.kd, m.reserve]
-    values += [*cmd.reserve, cmd.crc]
-    packed = struct.pack(HG_LOWCMD_FORMAT, *values)
-    return crc_for(len(packed) // 4 - 1).of_bytes(packed)
-
-
 HG_LOWCMD_STRUCT = np.dtype(
     [
         ("mode_pr", "u1"),
@@ -159,3 +149,23 @@ HG_LOWCMD_STRUCT = np.dtype(
 """The C struct ``HG_LOWCMD_FORMAT`` packs, as a numpy record (fill it, then ``of_bytes``)."""
 if HG_LOWCMD_STRUCT.itemsize != struct.calcsize(HG_LOWCMD_FORMAT):  # numpy's C alignment
     raise ImportError("HG_LOWCMD_STRUCT does not match Unitree's packed LowCmd_ layout")
+
+MOTOR_FIELDS = ("mode", "q", "dq", "tau", "kp", "kd", "reserve")
+"""A ``unitree_hg`` MotorCmd_'s fields, in order."""
+
+
+def hg_lowcmd_crc_of(mode_pr: int, mode_machine: int, motors: dict, reserve=(0, 0, 0, 0)) -> int:
+    """Unitree's CRC of a ``unitree_hg`` LowCmd_ given as values: ``motors`` maps each of
+    ``MOTOR_FIELDS`` to its 35 values (a missing field is zero). What the plant publishes and
+    what the twin checks."""
+    packed = np.zeros((), dtype=HG_LOWCMD_STRUCT)
+    packed["mode_pr"], packed["mode_machine"], packed["reserve"] = mode_pr, mode_machine, reserve
+    for name, values in motors.items():
+        packed["motor_cmd"][name] = values
+    return crc_for(HG_LOWCMD_STRUCT.itemsize // 4 - 1).of_bytes(packed.tobytes())
+
+
+def hg_lowcmd_crc(cmd) -> int:
+    """Unitree's ``CRC().Crc(cmd)`` of a ``unitree_hg`` LowCmd_ object (ours or Unitree's)."""
+    motors = {k: [getattr(m, k) for m in cmd.motor_cmd] for k in MOTOR_FIELDS}
+    return hg_lowcmd_crc_of(cmd.mode_pr, cmd.mode_machine, motors, list(cmd.reserve))

@@ -182,7 +182,7 @@ class SafetyMachine:
                 self.stop(f"no policy tick for {gap * 1e3:.1f} ms "
                           f"(period {self.contract.step_dt * 1e3:.0f} ms)")  # fmt: skip
 
-    def policy_tick(self, action: np.ndarray, q: np.ndarray) -> None:
+    def policy_tick(self, action: np.ndarray) -> None:
         """A policy tick's action (raw output): the new targets, or a stop (non-finite,
         late)."""
         now = self.clock()

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from orin_rl.robot import RobotError, require_cyclonedds
-from orin_rl.robot.crc import HG_LOWCMD_STRUCT, crc_for
+from orin_rl.robot.crc import MOTOR_FIELDS, hg_lowcmd_crc_of
 from orin_rl.robot.observations import tilt
 from orin_rl.robot.robots import ROBOTS
 
@@ -39,7 +39,7 @@ log = logging.getLogger(__name__)
 
 TASKS = {"unitree-g1": "Mjlab-Velocity-Flat-Unitree-G1"}
 """The mjlab task whose robot model each twin steps."""
-CMD_FIELDS = tuple(f"motor_cmd[].{k}" for k in ("mode", "q", "dq", "tau", "kp", "kd", "reserve"))
+CMD_FIELDS = tuple(f"motor_cmd[].{k}" for k in MOTOR_FIELDS)
 
 
 def build_model(task: str, physics_dt: float) -> Any:
@@ -92,7 +92,6 @@ class RobotTwin:
         self.cmd_layout = Layout(msgs.HgLowCmd)
         self.state_layout = Layout(msgs.HgLowState)
         self.sport_layout = Layout(msgs.GoSportModeState)
-        self._crc = crc_for(HG_LOWCMD_STRUCT.itemsize // 4 - 1)
         self.participant = participant(domain, interface)
         self.cmd_in = Endpoint(self.participant, msgs.LOWCMD, msgs.HgLowCmd, "reader")
         self.state_out = Endpoint(self.participant, msgs.LOWSTATE, msgs.HgLowState, "writer")
@@ -125,12 +124,12 @@ class RobotTwin:
     # ------------------------------------------------------------------ the wire
     def _apply(self, data: bytes, now: float) -> None:
         """A LowCmd_: checked (CRC), then the motors' PD set from it."""
-        cmd = self.cmd_layout.decode(data, (*CMD_FIELDS, "mode_pr", "mode_machine", "crc"))
-        packed = np.zeros((), dtype=HG_LOWCMD_STRUCT)
-        packed["mode_pr"], packed["mode_machine"] = cmd["mode_pr"], cmd["mode_machine"]
-        for field in CMD_FIELDS:
-            packed["motor_cmd"][field.split(".")[-1]] = cmd[field]
-        if self._crc.of_bytes(packed.tobytes()) != int(cmd["crc"]):
+        cmd = self.cmd_layout.decode(
+            data, (*CMD_FIELDS, "mode_pr", "mode_machine", "reserve", "crc")
+        )
+        motors = {k: cmd[f"motor_cmd[].{k}"] for k in MOTOR_FIELDS}
+        crc = hg_lowcmd_crc_of(cmd["mode_pr"], cmd["mode_machine"], motors, cmd["reserve"])
+        if crc != int(cmd["crc"]):
             self.report["bad_crc"] += 1  # a corrupted command is not executed
             return
         self.report["commands"] += 1

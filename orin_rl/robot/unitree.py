@@ -25,7 +25,7 @@ import numpy as np
 
 from orin_rl.robot import RobotError, require_cyclonedds
 from orin_rl.robot.contract import DeployContract
-from orin_rl.robot.crc import HG_LOWCMD_STRUCT, crc_for
+from orin_rl.robot.crc import hg_lowcmd_crc_of
 from orin_rl.robot.observations import ObservationBuilder, state_from_motors, world_to_body
 from orin_rl.robot.robots import ROBOTS, RobotSpec
 from orin_rl.robot.safety import Mode, SafetyConfig, SafetyMachine
@@ -53,28 +53,13 @@ class HgCodec:
         self.cmd_layout = Layout(msgs.HgLowCmd)
         self.state_layout = Layout(msgs.HgLowState)
         self.sport_layout = Layout(msgs.GoSportModeState)
-        self._packed = np.zeros((), dtype=HG_LOWCMD_STRUCT)
-        self._crc = crc_for(HG_LOWCMD_STRUCT.itemsize // 4 - 1)
 
     def lowcmd(self, q, kp, kd, mode, mode_machine: int, dq=0.0, tau=0.0) -> bytearray:
         """One LowCmd_'s CDR bytes for per-slot arrays (35,), ``crc`` filled in."""
-        packed = self._packed
-        packed["mode_pr"], packed["mode_machine"] = 0, mode_machine
-        motor = packed["motor_cmd"]
-        motor["mode"], motor["q"], motor["dq"], motor["tau"] = mode, q, dq, tau
-        motor["kp"], motor["kd"] = kp, kd
-        crc = self._crc.of_bytes(packed.tobytes())
-        return self.cmd_layout.encode({
-            "mode_pr": 0,
-            "mode_machine": mode_machine,
-            "motor_cmd[].mode": motor["mode"],
-            "motor_cmd[].q": motor["q"],
-            "motor_cmd[].dq": motor["dq"],
-            "motor_cmd[].tau": motor["tau"],
-            "motor_cmd[].kp": motor["kp"],
-            "motor_cmd[].kd": motor["kd"],
-            "crc": crc,
-        })  # fmt: skip
+        motors = {"mode": mode, "q": q, "dq": dq, "tau": tau, "kp": kp, "kd": kd}
+        crc = hg_lowcmd_crc_of(0, mode_machine, motors)
+        fields = {f"motor_cmd[].{k}": v for k, v in motors.items()}
+        return self.cmd_layout.encode({"mode_machine": mode_machine, **fields, "crc": crc})
 
     def lowstate(self, data: bytes) -> dict[str, np.ndarray]:
         return self.state_layout.decode(data, STATE_FIELDS)
@@ -298,13 +283,12 @@ class UnitreePlant:
         if velocity is not None and len(command) >= 2 and self.machine.mode is Mode.POLICY:
             self._errors.append(float(np.linalg.norm(command[:2] - velocity[:2])))
             self._speeds.append(float(velocity[0]))
-        self._q_now = robot.joint_pos
         return self.builder.build(robot, command)[None]
 
     def actuate(self, action: np.ndarray) -> None:
         """The policy's raw action (1, n): to the safety machine, and the next last-action."""
         action = np.asarray(action, dtype=np.float64).reshape(-1)
-        self.machine.policy_tick(action, self._q_now)
+        self.machine.policy_tick(action)
         self.builder.record_action(action)
         self.counts["ticks"] += 1
 

@@ -75,8 +75,10 @@ def run_on_robot(
     loop_options: dict[str, Any] | None = None,
     backend_options: dict[str, Any] | None = None,
     precision: str | None = None,
+    wait_s: float = 5.0,
 ) -> dict[str, Any]:
-    """Stand the robot up, run ``steps`` policy ticks (or until a latched stop), damp it."""
+    """Stand the robot up, run ``steps`` policy ticks (or until a latched stop), damp it.
+    ``wait_s``: how long to wait for the robot's first state."""
     from orin_rl.robot.safety import SafetyConfig
     from orin_rl.robot.unitree import UnitreePlant
     from orin_rl.runtime.base import RuntimeBackendError
@@ -110,7 +112,7 @@ def run_on_robot(
     rate = 1.0 / contract.step_dt
     cfg = LoopConfig(rate_hz=rate, iterations=steps, **(loop_options or {}))
     with runner:
-        robot.start()
+        robot.start(wait_s)
         try:
             result = ControlLoop(robot.sensor, infer, robot.actuate, cfg, safe_action=safe,
                                  should_stop=robot.should_stop).run()  # fmt: skip

@@ -61,7 +61,7 @@ def test_passive_damps_stand_interpolates_to_the_default_pose_then_the_policy_dr
     np.testing.assert_allclose(machine.command(np.array([0.1, 0.6])).q, [0.1, 0.6])
     assert not machine.stand_done(np.array([0.1, 1.0]))  # the knee has not come
     assert machine.stand_done(np.array([0.1, 0.55]))
-    machine.policy_tick(np.array([0.4, -0.8]), np.array([0.1, 0.6]))
+    machine.policy_tick(np.array([0.4, -0.8]))
     cmd = machine.command(np.array([0.1, 0.6]))
     np.testing.assert_allclose(cmd.q, [0.1 + 0.5 * 0.4, 0.6 - 0.25 * 0.8])
     np.testing.assert_allclose(cmd.kp, [40.0, 100.0])
@@ -72,7 +72,7 @@ def test_targets_are_clamped_so_the_pd_stays_within_the_effort_limit():
     """|target − q| ≤ τmax / kp (0.5 and 0.3 rad here) (mutation: no clamp)."""
     machine, clock = _machine()
     _to_policy(machine, clock)
-    machine.policy_tick(np.array([10.0, -10.0]), np.array([0.1, 0.6]))
+    machine.policy_tick(np.array([10.0, -10.0]))
     cmd = machine.command(np.array([0.1, 0.6]))
     np.testing.assert_allclose(cmd.q, [0.1 + 20 / 40, 0.6 - 30 / 100])
 
@@ -95,7 +95,7 @@ def test_each_stop_latches_damping_with_its_cause(event, cause):
     machine, clock = _machine(tilt_limit=1.0)
     _to_policy(machine, clock)
     q = np.array([0.1, 0.6])
-    machine.policy_tick(np.zeros(2), q)
+    machine.policy_tick(np.zeros(2))
     if event == "tilt":
         machine.check_state(np.array([np.cos(0.6), np.sin(0.6), 0.0, 0.0]), q)
     elif event == "joint":
@@ -103,17 +103,17 @@ def test_each_stop_latches_damping_with_its_cause(event, cause):
     elif event == "silence":
         machine.check_silence(0.15)
     elif event == "nan":
-        machine.policy_tick(np.array([np.nan, 0.0]), q)
+        machine.policy_tick(np.array([np.nan, 0.0]))
     elif event == "late":
         clock.t += 0.04
-        machine.policy_tick(np.zeros(2), q)
+        machine.policy_tick(np.zeros(2))
     else:
         clock.t += 0.05
         machine.check_policy()
     assert machine.mode is Mode.STOPPED
     assert cause in machine.transitions[-1]["cause"], machine.transitions
     clock.t += 0.02
-    machine.policy_tick(np.ones(2), q)
+    machine.policy_tick(np.ones(2))
     machine.start(q)
     cmd = machine.command(q)
     assert cmd.mode is Mode.STOPPED and not cmd.kp.any() and np.all(cmd.kd > 0)
