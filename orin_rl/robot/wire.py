@@ -154,7 +154,10 @@ def participant(domain: int, interface: str | None) -> Any:
     """A DDS participant on ``domain``, bound to network ``interface`` (``lo``: this machine
     only) where given; Unitree's SDK configures CycloneDDS the same way. A process configures
     each domain once: later participants on it share that configuration."""
+    from cyclonedds.core import DDSException
     from cyclonedds.domain import Domain, DomainParticipant
+
+    from orin_rl.robot import RobotError
 
     if interface and domain not in _DOMAINS:
         xml = (
@@ -162,12 +165,20 @@ def participant(domain: int, interface: str | None) -> Any:
             f'<NetworkInterface name="{interface}" priority="default" multicast="default"/>'
             "</Interfaces></General></Domain></CycloneDDS>"
         )
-        _DOMAINS[domain] = (Domain(domain, xml), interface)
+        try:
+            _DOMAINS[domain] = (Domain(domain, xml), interface)
+        except DDSException as exc:
+            raise RobotError(
+                f"DDS cannot start on interface {interface!r} (domain {domain}): {exc}; name "
+                "an interface this machine has (`ip link`: lo for a twin here, the robot's "
+                "network one, e.g. eth0)"
+            ) from None
     elif interface and _DOMAINS[domain][1] != interface:
-        from orin_rl.robot import RobotError
-
         raise RobotError(
             f"DDS domain {domain} is bound to {_DOMAINS[domain][1]} in this process, not "
             f"{interface}: use another domain id"
         )
-    return DomainParticipant(domain)
+    try:
+        return DomainParticipant(domain)
+    except DDSException as exc:
+        raise RobotError(f"DDS cannot join domain {domain}: {exc}") from None

@@ -87,6 +87,20 @@ def test_a_tilted_robot_is_never_stood_up(contract):
     assert [(t["from"], t["to"]) for t in plant.machine.transitions] == [("passive", "stopped")]
 
 
+def test_a_network_interface_that_is_not_there_is_one_line(tmp_path, g1_contract):
+    """``--dds-interface`` naming no interface: CycloneDDS's exception became a traceback
+    (mutation: the RobotError wrapping removed)."""
+    bundle = linear_bundle(tmp_path / "bundle", g1_contract)
+    proc = subprocess.run(
+        [sys.executable, "-m", "orin_rl.cli", "-q", "run", "--model", str(bundle), "--plant",
+         "unitree-g1", "--dds-domain", "25", "--dds-interface", "nosuchif0", "--steps", "5"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    lines = [x for x in proc.stderr.splitlines() if x.startswith("orin-rl run:")]
+    assert len(lines) == 1 and "nosuchif0" in lines[0] and "Traceback" not in proc.stderr
+
+
 def test_a_slow_policy_and_a_silent_robot_are_stopped(contract):
     """Stood up and driven; a policy taking 45 ms of a 20 ms period is stopped (late tick);
     a second run whose robot goes silent is stopped by the watchdog (mutations: neither
