@@ -99,6 +99,12 @@ class HostReadWatch(TorchDispatchMode):
 
     def __enter__(self) -> HostReadWatch:
         if self.cuda_syncs:
+            # what sync-debug mode says outside an op (a tensor made from a Python list) and
+            # its own prototype notice are not the user's business: kept off the console
+            self._quiet = warnings.catch_warnings()
+            self._quiet.__enter__()
+            warnings.filterwarnings("ignore", message=".*synchroniz.*", category=UserWarning)
+            warnings.filterwarnings("ignore", message="Synchronization debug mode")
             self._sync_mode = torch.cuda.get_sync_debug_mode()
             torch.cuda.set_sync_debug_mode("warn")
         return super().__enter__()
@@ -107,6 +113,7 @@ class HostReadWatch(TorchDispatchMode):
         super().__exit__(*exc)
         if self.cuda_syncs:
             torch.cuda.set_sync_debug_mode(self._sync_mode)
+            self._quiet.__exit__(*exc)
 
 
 class CaptureError(RuntimeError):
