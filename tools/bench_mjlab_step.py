@@ -58,6 +58,7 @@ def _profile(step, actions) -> dict:
         for e in events
         if e.key in ("cudaLaunchKernel", "cuLaunchKernel", "cuLaunchKernelEx", "cudaGraphLaunch")
         or e.key.startswith("cudaLaunchKernel")
+        or e.key in ("cuGraphLaunch",)
     )
     n = len(actions)
     cuda = sorted(
@@ -69,7 +70,11 @@ def _profile(step, actions) -> dict:
          "device_ms_per_step": round(e.self_device_time_total / 1000 / n, 4)}
         for e in cuda[:15]
     ]  # fmt: skip
+    graph_launches = sum(e.count for e in events if e.key in ("cudaGraphLaunch", "cuGraphLaunch"))
+    direct = launches - graph_launches
     return {
+        "graphed_fraction": 1.0 - direct / max(kernels, 1),
+        "graph_launches_per_step": graph_launches / n,
         "top_kernels": top,
         "kernels_per_step": kernels / n,
         "host_launch_calls_per_step": launches / n,
@@ -91,7 +96,7 @@ def bench_task(task: str, args) -> dict:
                  "random_episode_start": True}  # fmt: skip
     # mjlab's step runs first and again last: the two show whether order (a warmer GPU, a
     # fuller allocator, cached kernels) moves the figures.
-    for mode in ("mjlab", "eager", "graphs", "mjlab_last"):
+    for mode in ("mjlab", "eager", "graphs", "masked", "mjlab_last"):
         env = MjlabVecEnv(task, n, "cuda", EnvOptions(seed=args.seed, random_episode_start=True))
         env.reset()
         g = torch.Generator(device="cuda").manual_seed(args.seed)
@@ -103,8 +108,8 @@ def bench_task(task: str, args) -> dict:
                 return env.env.step(a)
 
         else:
-            if mode == "graphs":
-                row["plan"] = env.use_graphs()
+            if mode in ("graphs", "masked"):  # masked: the reset path as graphs too
+                row[f"{mode}_plan"] = env.use_graphs(masked=mode == "masked")
             step = env.step
             env.final_obs_needed = False  # as training with the task's preset (rsl_rl's bootstrap)
             env._stepper.timings = {}  # host time per phase of the step
@@ -124,8 +129,8 @@ def bench_task(task: str, args) -> dict:
             continue
         prof = _profile(step, actions[: args.profile_steps])
         row.update({f"{mode}_{k}": v for k, v in prof.items()})
-        if mode == "graphs":
-            row["graphs"] = env.graph_report()
+        if mode in ("graphs", "masked"):
+            row[mode] = env.graph_report()
         env.close()
         del env
         torch.cuda.empty_cache()
@@ -134,6 +139,7 @@ def bench_task(task: str, args) -> dict:
     best = max(row["mjlab_steps_per_s"], row["mjlab_last_steps_per_s"])
     row["graphs_vs_mjlab"] = row["graphs_steps_per_s"] / best
     row["eager_vs_mjlab"] = row["eager_steps_per_s"] / best
+    row["masked_vs_mjlab"] = row["masked_steps_per_s"] / best
     return row
 
 
@@ -150,7 +156,7 @@ def write(rows: list[dict], out: Path, meta: dict) -> None:
         "|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
-        for mode in ("mjlab", "eager", "graphs"):
+        for mode in ("mjlab", "eager", "graphs", "masked"):
             lines.append(
                 f"| {r['task']} | {r['num_envs']} | {mode} | {r[f'{mode}_steps_per_s']:,.0f} | "
                 f"{r[f'{mode}_ms_per_step']:.2f} | {r[f'{mode}_kernels_per_step']:,.0f} | "
@@ -160,17 +166,20 @@ def write(rows: list[dict], out: Path, meta: dict) -> None:
     lines += ["", "Ratios (same process, same worlds and actions; against the faster of mjlab's "
               "two runs):", ""]  # fmt: skip
     for r in rows:
-        phases = r["graphs_host_ms_per_step_by_phase"]
+        phases = r["masked_host_ms_per_step_by_phase"]
         lines.append(
             f"- {r['task']}: mjlab's step again at the end of the process: "
             f"{r['mjlab_last_steps_per_s']:,.0f} steps/s (first: {r['mjlab_steps_per_s']:,.0f}). "
-            "Graphed step, host ms per step by phase: "
+            "Masked graphed step, host ms per step by phase: "
             + ", ".join(f"{k} {v:.2f}" for k, v in phases.items())
         )
         lines.append(
-            f"- {r['task']}: graphs / mjlab **{r['graphs_vs_mjlab']:.2f}x**, eager segments / "
-            f"mjlab {r['eager_vs_mjlab']:.2f}x; graphs: {', '.join(r['graphs']['graphs'])}; "
-            f"eager: {', '.join(r['graphs']['eager']) or 'none'}"
+            f"- {r['task']}: masked resets and graphs / mjlab **{r['masked_vs_mjlab']:.2f}x** "
+            f"(graphed fraction of launches {r['masked_graphed_fraction']:.2f}), graphs with "
+            f"mjlab's eager resets / mjlab {r['graphs_vs_mjlab']:.2f}x (graphed fraction "
+            f"{r['graphs_graphed_fraction']:.2f}), eager segments / mjlab "
+            f"{r['eager_vs_mjlab']:.2f}x; masked: graphs {', '.join(r['masked']['graphs'])}; "
+            f"eager: {', '.join(r['masked']['eager']) or 'none'}"
         )
     out.with_suffix(".md").write_text("\n".join(lines) + "\n")
 

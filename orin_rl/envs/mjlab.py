@@ -108,6 +108,7 @@ def rl_config(env_id: str) -> Any:
 
 
 GRAPHS_ENV = "ORIN_RL_MJLAB_GRAPHS"
+MASKED_ENV = "ORIN_RL_MJLAB_MASKED"
 """``1``: ``--cuda-graphs`` captures the mjlab step's segments (experimental)."""
 
 
@@ -262,18 +263,23 @@ class MjlabVecEnv(VecEnv):
                 truncated.unsqueeze(-1), terminal.float(), next_obs[:, self._critic]
             )
         self.stats.record(reward, done)
-        self._accumulate(extras.get("log", {}))
+        self._accumulate(extras.get("log", {}), extras.get("log_weight"))
         return StepResult(next_obs, reward, terminated, truncated, final_obs)
 
-    def use_graphs(self) -> dict[str, Any] | None:
+    def use_graphs(self, masked: bool | None = None) -> dict[str, Any] | None:
         """Run the step's device work as CUDA graphs (CUDA only; each segment captured the
         second time it runs): the segments that become graphs and those that stay eager, or
         None on the CPU and with ``ORIN_RL_MJLAB_GRAPHS=0`` (mjlab's eager step throughout).
+        With ``masked`` (the default; ``ORIN_RL_MJLAB_MASKED=0`` turns it off) the reset path
+        runs as masked device code too (``mjlab_masked``) where the task's terms have twins.
         The ``gpu`` test holds the graphed step against mjlab's own (H200, Go1 and G1)."""
         if self.device.type != "cuda" or os.environ.get(GRAPHS_ENV) == "0":
             return None
         self._stepper.use_graphs = True
-        return self._stepper.describe_plan()
+        if masked is None:
+            masked = os.environ.get(MASKED_ENV) != "0"
+        why = self._stepper.mask_resets() if masked else "masked resets off"
+        return {**self._stepper.describe_plan(), "masked_resets": why or "on"}
 
     def deploy_contract(self) -> dict[str, Any]:
         """What a robot needs to run this task's policy (``policy.json``'s ``deploy``)."""
@@ -297,10 +303,12 @@ class MjlabVecEnv(VecEnv):
         """What ran as CUDA graphs (after the capture) and what stayed eager."""
         return self._stepper.describe()
 
-    def _accumulate(self, log_items: dict[str, Any]) -> None:
+    def _accumulate(self, log_items: dict[str, Any], weight: torch.Tensor | None = None) -> None:
         """Add a step's logged scalars to the running sums: the tensors stacked into one
         float64 vector on their device (three kernel launches, no host read, however many
-        terms the task logs), Python numbers in Python."""
+        terms the task logs), Python numbers in Python. ``weight`` (a device 0/1: did any
+        world reset) counts the masked reset path's episode logs only at a step with a reset,
+        as mjlab logs them."""
         keys, tensors = [], []
         for key, value in log_items.items():
             if isinstance(value, torch.Tensor):
@@ -315,18 +323,26 @@ class MjlabVecEnv(VecEnv):
         if any(t.dtype != tensors[0].dtype for t in tensors):
             tensors = [t.to(torch.float64) for t in tensors]
         stacked = torch.stack(tensors).to(torch.float64)
+        count: Any = 1
+        if weight is not None:
+            count = weight.detach().to(torch.float64)
+            stacked = stacked * count
         group = tuple(keys)  # a task logs the same terms at every reset: one running vector
         if group in self._vector_sums:
             self._vector_sums[group][0].add_(stacked)
-            self._vector_sums[group][1] += 1
+            self._vector_sums[group][1] = self._vector_sums[group][1] + count
         else:
-            self._vector_sums[group] = [stacked, 1]
+            self._vector_sums[group] = [stacked, count]
 
     def pop_log(self) -> dict[str, float]:
         """Means of mjlab's logged scalars since the last call, under mjlab's own names."""
         sums: dict[str, float] = dict(self._log_sum)
         counts = dict(self._log_count)
         for group, (total, count) in self._vector_sums.items():
+            if isinstance(count, torch.Tensor):
+                count = count.item()
+                if count == 0:  # no world reset since the last call: nothing to average
+                    continue
             for key, value in zip(group, total.tolist(), strict=True):
                 sums[key] = sums.get(key, 0.0) + value
                 counts[key] = counts.get(key, 0) + count

@@ -45,6 +45,7 @@ import torch
 from orin_rl.capture import capture
 from orin_rl.envs.graph_emulation import EmulatedGraph, HostReadWatch
 from orin_rl.envs.graph_state import Effects, TensorBindings, bindings, sync_cache
+from orin_rl.envs.mjlab_masked import MaskedReset, masked_tail
 
 log = logging.getLogger(__name__)
 
@@ -316,7 +317,10 @@ class SegmentedStep:
         self.bindings = TensorBindings(device=self.device)
         self.dirty = False
         """An eager segment ran since the last restore (it may have rebound what graphs read)."""
-        self._terms = _scalar_settings(env)
+        self.masked: MaskedReset | None = None
+        """The reset path as masked device code (``mask_resets``), else mjlab's eager one."""
+        self.masked_segments: list[_Segment] = []
+        self._terms = (_scalar_settings(env), ())
         self._settings_version = 0
         self._index_cache: dict[tuple, torch.Tensor] = {}
         self.terminal_needed = True
@@ -337,7 +341,7 @@ class SegmentedStep:
     @property
     def _every(self) -> list[_Segment]:
         """The segments in the order a step runs them."""
-        return [*self.segments, self.observe, self.terminal]
+        return [*self.segments, *self.masked_segments, self.observe, self.terminal]
 
     @property
     def captured(self) -> bool:
@@ -355,7 +359,7 @@ class SegmentedStep:
     def _check_settings(self) -> None:
         """A term's weight or scalar parameter that eager code (a curriculum at a reset)
         changed is a constant in the graphs captured before: capture again under it."""
-        now = _scalar_settings(self.env)
+        now = (_scalar_settings(self.env), self.masked.settings() if self.masked else ())
         if now != self._terms:
             self._terms = now
             self._settings_version += 1
@@ -367,6 +371,27 @@ class SegmentedStep:
     def sync(self) -> None:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
+
+    def mask_resets(self) -> str | None:
+        """Run the reset path (interval events, resets, command resampling) as masked device
+        code over every world (``mjlab_masked``): segments a graph can hold, no host read.
+        Returns None, or why the task keeps mjlab's eager resets (one line, also logged)."""
+        why = MaskedReset.check(self.env)
+        if why is not None:
+            log.warning("mjlab step: resets stay mjlab's eager code: %s", why)
+            return why
+        m = self.masked = MaskedReset(self.env)
+        self.masked_segments = [
+            _Segment(name, fn, True, self)
+            for name, fn in (
+                ("events", m.interval_events),
+                ("reset", m.begin_reset),
+                ("reset2", m.finish_reset),
+                ("commands", m.commands),
+            )
+        ]
+        self._terms = (_scalar_settings(self.env), self.masked.settings())
+        return None
 
     def emulate_graphs(self) -> None:
         """Off CUDA: capture and replay the segments with ``graph_emulation`` (the graphs'
@@ -432,6 +457,8 @@ class SegmentedStep:
         self._log.clear()
         env.extras["log"] = self._log
         self._action.copy_(action)
+        if self.masked is not None:
+            self.masked.before_step()
         if self.use_graphs:
             self._check_settings()
         self._rebind()
@@ -447,6 +474,8 @@ class SegmentedStep:
                 next(segments)()
         env.reset_buf, env.reset_terminated, env.reset_time_outs, env.reward_buf = outputs
         t = self._clock(t, "physics and rewards")
+        if self.masked is not None:
+            return masked_tail(self, t)
         if "step" in env.event_manager.available_modes:
             env.event_manager.apply(mode="step", dt=env.step_dt)
         if "interval" in env.event_manager.available_modes:

@@ -1,0 +1,304 @@
+"""The masked reset path (``mjlab_masked``) against mjlab's own reset, on Warp's CPU device.
+
+Two copies of one Go1 task, stepped alike from one seed, reset the same worlds: one through
+mjlab's ``_reset_idx``, one through the masked twins over every world. What a reset decides
+(which worlds, what it zeroes, the episode logs) must agree exactly; what it draws must agree in
+distribution (two-sample Kolmogorov-Smirnov per field); the worlds not reset must not move.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+import torch
+
+if os.environ.get("ORIN_RL_REQUIRE_MJLAB") == "1":
+    import mjlab  # noqa: F401
+else:
+    pytest.importorskip("mjlab", reason="needs the mjlab extra: pip install -e '.[mjlab]'")
+
+from orin_rl.envs.base import EnvOptions
+from orin_rl.envs.mjlab import MjlabVecEnv
+from orin_rl.envs.mjlab_masked import MaskedReset, RowMask
+
+GO1 = "Mjlab-Velocity-Flat-Unitree-Go1"
+N = 64
+ROUNDS = 40
+"""Resets of half the worlds per copy: 1,280 reset rows per field."""
+KS_CRITICAL = 1.95 * np.sqrt(2 / (N // 2 * ROUNDS))
+"""Two-sample KS at a 0.1% level: a uniform range shifted by a tenth of its width fails it."""
+
+
+def _ks(a: np.ndarray, b: np.ndarray) -> float:
+    both = np.sort(np.concatenate([a, b]))
+    fa = np.searchsorted(np.sort(a), both, side="right") / len(a)
+    fb = np.searchsorted(np.sort(b), both, side="right") / len(b)
+    return float(np.abs(fa - fb).max())
+
+
+def _pair() -> tuple[MjlabVecEnv, MjlabVecEnv]:
+    """mjlab's reset (first) and the masked one (second), stepped alike to one state."""
+    pair = []
+    for masked in (False, True):
+        env = MjlabVecEnv(GO1, N, "cpu", EnvOptions(seed=5, max_episode_steps=1000))
+        if masked:
+            assert env._stepper.mask_resets() is None
+        env.reset()
+        g = torch.Generator().manual_seed(1)
+        for _ in range(2):
+            env.step(0.3 * torch.randn(N, env.action_space.shape[0], generator=g))
+        pair.append(env)
+    return pair[0], pair[1]
+
+
+def _state(env) -> dict[str, torch.Tensor]:
+    """Every per-world tensor a reset writes (Go1 flat), as CPU copies."""
+    e = env.env
+    cmd = e.command_manager._terms["twist"]
+    robot = e.scene["robot"]
+    air = e.scene.sensors["feet_ground_contact"]._air_time_state
+    out = {
+        "qpos": e.sim.data.qpos[:].clone(),
+        "qvel": e.sim.data.qvel[:].clone(),
+        "episode_length": e.episode_length_buf.clone(),
+        "vel_command_b": cmd.vel_command_b.clone(),
+        "vel_command_w": cmd.vel_command_w.clone(),
+        "heading_target": cmd.heading_target.clone(),
+        "is_heading_env": cmd.is_heading_env.clone(),
+        "is_standing_env": cmd.is_standing_env.clone(),
+        "is_forward_env": cmd.is_forward_env.clone(),
+        "command_time_left": cmd.time_left.clone(),
+        "command_counter": cmd.command_counter.clone(),
+        "error_vel_xy": cmd.metrics["error_vel_xy"].clone(),
+        "push_time_left": e.event_manager._interval_term_time_left[0].clone(),
+        "prev_action": e.action_manager._prev_action.clone(),
+        "joint_pos_target": robot.data.joint_pos_target.clone(),
+        "air_time": air.current_air_time.clone(),
+        "metric_steps": e.metrics_manager._step_count.clone(),
+    }
+    for key, sums in e.reward_manager._episode_sums.items():
+        out["reward_sum/" + key] = sums.clone()
+    return out
+
+
+DRAWN = {
+    "qpos": slice(None),  # the root pose (x, y, yaw in the quaternion) and the joints
+    "qvel": slice(None),
+    "vel_command_b": slice(None),
+    "vel_command_w": slice(None),
+    "heading_target": slice(None),
+    "is_heading_env": slice(None),
+    "is_standing_env": slice(None),
+    "is_forward_env": slice(None),
+    "command_time_left": slice(None),
+    "push_time_left": slice(None),
+}
+"""Fields a reset draws at random: held in distribution, not bit for bit."""
+
+
+def _mjlab_reset(env, mask: torch.Tensor) -> dict:
+    e = env.env
+    e.extras["log"] = {}
+    ids = mask.nonzero().squeeze(-1)
+    e._reset_idx(ids)
+    e.scene.write_data_to_sim()
+    return dict(e.extras["log"])
+
+
+def _masked_reset(env, mask: torch.Tensor) -> dict:
+    m = env._stepper.masked
+    env.env.reset_buf.copy_(mask)
+    m.begin_reset()
+    m.sim_reset()
+    return m.finish_reset()
+
+
+@pytest.fixture(scope="module")
+def resets():
+    """ROUNDS resets of a fresh half of the worlds through each path: (first round's states
+    before and after, the logs, every round's reset rows per field)."""
+    ours, theirs = _pair()
+    g = torch.Generator().manual_seed(2)
+    drawn: dict[str, list] = {"mjlab": [], "masked": []}
+    first = None
+    for r in range(ROUNDS):
+        mask = torch.zeros(N, dtype=torch.bool)
+        mask[torch.randperm(N, generator=g)[: N // 2]] = True
+        before = _state(ours), _state(theirs)
+        logs = _mjlab_reset(ours, mask), _masked_reset(theirs, mask)
+        after = _state(ours), _state(theirs)
+        if r == 0:
+            first = (mask, before, after, logs)
+        for side, state in zip(("mjlab", "masked"), after, strict=True):
+            drawn[side].append({k: state[k][mask].double() for k in DRAWN})
+    rows = {
+        side: {k: torch.cat([d[k] for d in drawn[side]]).numpy() for k in DRAWN} for side in drawn
+    }
+    ours.close()
+    theirs.close()
+    return first, rows
+
+
+def test_the_worlds_not_reset_keep_every_value_bit_for_bit(resets):
+    """Mutation: ``RowMask`` without its blend (every world reset) moves them."""
+    (mask, before, after, _), _ = resets
+    for side in (0, 1):
+        for key, value in before[side].items():
+            assert torch.equal(after[side][key][~mask], value[~mask]), (side, key)
+
+
+def test_what_a_reset_sets_is_mjlabs_exactly(resets):
+    """The fields a reset sets without drawing: zeroed counters, sums and targets."""
+    (mask, _, after, _), _ = resets
+    mjlab, masked = after
+    for key in mjlab:
+        if key not in DRAWN:
+            assert torch.equal(masked[key][mask], mjlab[key][mask]), key
+    assert (masked["episode_length"][mask] == 0).all()
+    assert (masked["command_counter"][mask] == 1).all()  # zeroed, then one resample
+
+
+def test_the_episode_logs_are_mjlabs(resets):
+    """Mutation: a plain mean over every world for the masked one departs."""
+    (_, _, _, (mjlab, masked)), _ = resets
+    for key, value in mjlab.items():
+        if key.startswith("Curriculum/"):
+            continue  # the masked path logs the curricula from the host, every step
+        assert key in masked, key
+        assert float(masked[key]) == pytest.approx(float(value), rel=1e-5, abs=1e-7), key
+
+
+def test_what_a_reset_draws_has_mjlabs_distribution(resets):
+    """Per field and component, 1,280 reset rows each side. Mutations: the heading range
+    shifted by a tenth of its width, or the joint offsets scaled by 1.5: KS fails."""
+    _, rows = resets
+    worst = []
+    for key in DRAWN:
+        a, b = rows["mjlab"][key], rows["masked"][key]
+        a2, b2 = a.reshape(len(a), -1), b.reshape(len(b), -1)
+        for c in range(a2.shape[1]):
+            if np.ptp(a2[:, c]) == 0 and np.ptp(b2[:, c]) == 0:
+                assert a2[0, c] == b2[0, c], (key, c)  # a constant component: the same one
+                continue
+            worst.append((_ks(a2[:, c], b2[:, c]), key, c))
+    worst.sort(reverse=True)
+    assert worst[0][0] < KS_CRITICAL, worst[:3]
+
+
+def test_the_velocity_command_after_its_timer_is_mjlabs_in_distribution():
+    """The command timer's resampling and update (heading, standing, forward-only splits)
+    through the masked twin against mjlab's ``command_manager.compute``: the command each
+    world holds after many expiries (mutation: the standing worlds not zeroed fails)."""
+    ours, theirs = _pair()
+    out = {"mjlab": [], "masked": []}
+    for _ in range(ROUNDS // 2):
+        for side, env in (("mjlab", ours), ("masked", theirs)):
+            term = env.env.command_manager._terms["twist"]
+            term.time_left.fill_(0.01)
+            if side == "mjlab":
+                env.env.command_manager.compute(dt=env.env.step_dt)
+            else:
+                env._stepper.masked._mask.zero_()
+                env._stepper.masked.commands()
+            out[side].append(term.vel_command_b.clone())
+    ours.close()
+    theirs.close()
+    a, b = (torch.cat(out[s]).numpy() for s in ("mjlab", "masked"))
+    stats = [_ks(a[:, c], b[:, c]) for c in range(3)]
+    assert max(stats) < 1.95 * np.sqrt(2 / len(a)), stats
+    assert (b == 0).all(axis=1).mean() > 0.05  # standing worlds hold a zero command
+
+
+def test_the_push_is_mjlabs_in_distribution_and_only_where_its_timer_ran_out():
+    """The interval push through the masked twin: the velocity change of the worlds whose
+    timer ran out against mjlab's ``push_by_setting_velocity``; the other worlds untouched."""
+    from mjlab.envs.mdp.events import push_by_setting_velocity
+
+    ours, theirs = _pair()
+    em_cfg = ours.env.event_manager._mode_term_cfgs["interval"][0]
+    g = torch.Generator().manual_seed(3)
+    deltas: dict[str, list] = {"mjlab": [], "masked": []}
+    for _ in range(ROUNDS // 2):
+        fire = torch.rand(N, generator=g) < 0.5
+        for side, env in (("mjlab", ours), ("masked", theirs)):
+            robot = env.env.scene["robot"]
+            before = robot.data.root_link_vel_w.clone()
+            if side == "mjlab":
+                push_by_setting_velocity(env.env, fire.nonzero().squeeze(-1), **em_cfg.params)
+            else:
+                left = env.env.event_manager._interval_term_time_left[0]
+                left.copy_(torch.where(fire, 0.0, 100.0) + env.env.step_dt)
+                env._stepper.masked.interval_events()
+            env.env.sim.forward()
+            delta = robot.data.root_link_vel_w - before
+            if side == "masked":
+                assert torch.equal(delta[~fire], torch.zeros_like(delta[~fire]))
+            deltas[side].append(delta[fire])
+    ours.close()
+    theirs.close()
+    a, b = (torch.cat(deltas[s]).double().numpy() for s in ("mjlab", "masked"))
+    stats = [_ks(a[:, c], b[:, c]) for c in range(a.shape[1]) if np.ptp(a[:, c]) > 0]
+    assert stats and max(stats) < 1.95 * np.sqrt(2 / len(a)), stats
+
+
+def test_a_term_without_a_twin_keeps_mjlabs_eager_resets():
+    """A reset event mjlab's registry has but the masked path does not twin: one line, and
+    the step is mjlab's eager one."""
+    env = MjlabVecEnv(GO1, 2, "cpu", EnvOptions(seed=1))
+    cfg = env.env.event_manager._mode_term_cfgs["reset"][0]
+    original = cfg.func
+    cfg.func = lambda env, env_ids, **kw: original(env, env_ids, **kw)
+    why = env._stepper.mask_resets()
+    assert why is not None and "'reset_base'" in why and "no masked twin" in why
+    assert env._stepper.masked is None
+    env.close()
+
+
+def test_a_write_that_is_not_one_row_per_world_is_refused():
+    mask = torch.tensor([True, False, True])
+    rows, scalar = torch.zeros(3, 2), torch.zeros(())
+    with RowMask(mask):
+        rows.add_(1.0)
+    assert rows[:, 0].tolist() == [1.0, 0.0, 1.0]
+    with pytest.raises(Exception, match="not one row per world"), RowMask(mask):
+        scalar.add_(1.0)
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_the_masked_step_is_the_same_eager_or_as_graphs(device):
+    """The whole masked step, its segments eager and then captured and replayed as CUDA graphs
+    (on the CPU: with the graphs' semantics, ``graph_emulation``): the same observations,
+    rewards and flags bit for bit through three rounds of resets; every segment, the reset
+    path's included, is a graph after the first step; the episode logs counted only at steps
+    with a reset."""
+    runs = {}
+    for graphs in (False, True):
+        env = MjlabVecEnv(GO1, 4, device, EnvOptions(seed=3, max_episode_steps=5))
+        if graphs and device == "cuda":
+            assert env.use_graphs(masked=True)["masked_resets"] == "on"
+        else:
+            assert env._stepper.mask_resets() is None
+        if graphs and device == "cpu":
+            env._stepper.emulate_graphs()
+        env.reset()
+        g = torch.Generator().manual_seed(0)
+        out = []
+        for _ in range(16):
+            a = 0.5 * torch.randn(4, env.action_space.shape[0], generator=g)
+            s = env.step(a.to(device))
+            out.append(
+                tuple(x.cpu() for x in (s.obs, s.reward, s.terminated, s.truncated, s.final_obs))
+            )
+        runs[graphs] = (out, env.graph_report(), env.pop_log())
+        env.close()
+    (eager, _, eager_log), (graphed, report, graphed_log) = runs[False], runs[True]
+    for t, (a, b) in enumerate(zip(eager, graphed, strict=True)):
+        assert all(torch.equal(x, y) for x, y in zip(a, b, strict=True)), t
+    assert report["eager"] == [] and report["refused"] == {}, report
+    assert all(report["replays"][s] >= 14 for s in ("events", "reset", "reset2", "commands"))
+    assert eager_log == graphed_log
+    # three steps of the 16 reset worlds: the logged episode reward is a mean over those
+    assert "Episode_Reward/track_linear_velocity" in graphed_log
+    assert MaskedReset.check(env.env) is None
