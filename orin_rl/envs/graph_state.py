@@ -121,6 +121,28 @@ def _same_scalar(a: Any, b: Any) -> bool:
     )
 
 
+def _under_caches(snapshot: Snapshot) -> set[int]:
+    """Ids of the objects inside a sensor's ``_cached_data`` (what a sensor computed from
+    its state; a rebinding of that state, ``roll`` of a contact history, leaves the cache
+    holding the old tensor until the cache is computed again)."""
+    children: dict[int, list[Any]] = {}
+    roots = []
+    for container, key, value in snapshot.values():
+        if key is WALKED:
+            continue
+        children.setdefault(id(container), []).append(value)
+        if key == "_cached_data" and value is not None:
+            roots.append(value)
+    out: set[int] = set()
+    while roots:
+        obj = roots.pop()
+        if id(obj) in out:
+            continue
+        out.add(id(obj))
+        roots.extend(children.get(id(obj), []))
+    return out
+
+
 def _same_layout(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a.shape == b.shape and a.dtype == b.dtype and a.device == b.device
 
@@ -135,8 +157,11 @@ class Effects:
         self._undo: list[tuple[Any, Any, Any, bool]] = []  # container, key, old value, existed
         containers_before = {id(c) for c, _, _ in before.values()}
         holders: dict[int, int] = {}
-        for _, key, value in before.values():
+        caches = _under_caches(before)
+        for container, key, value in before.values():
             if isinstance(value, torch.Tensor) and key is not WALKED:
+                if id(container) in caches:
+                    continue  # a sensor's cached copy: the cache key and sync_cache keep it
                 holders[id(value)] = holders.get(id(value), 0) + 1
         self._old_tensors = set(holders)
         containers_after = {id(c) for c, _, _ in after.values()}

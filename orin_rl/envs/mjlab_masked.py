@@ -41,6 +41,9 @@ PER_WORLD_EVENTS = frozenset(
 PYTHON_CURRICULA = frozenset({"commands_vel"})
 """Curricula that change only Python settings (a command's ranges) from the step counter."""
 
+DEVICE_CURRICULA = frozenset({"terrain_levels_vel"})
+"""Curricula with a masked twin here (``MaskedReset._terrain_levels``)."""
+
 
 class MaskRefused(RuntimeError):
     """The code under a ``RowMask`` wrote a tensor that is not one row per world."""
@@ -112,6 +115,10 @@ class MaskedReset:
         self._mask = torch.zeros(self.n, dtype=torch.bool, device=self.device)
         self._count = torch.zeros((), dtype=torch.int64, device=self.device)
         self._count_seen: int | None = None
+        terrain = getattr(env.scene, "terrain", None)
+        types = getattr(terrain, "terrain_types", None)
+        # the sub-terrain types the worlds stand on (set at the start, read here once)
+        self._types = set(types.unique().tolist()) if types is not None else set()
 
     # ----------------------------------------------------------------- what is supported
     @staticmethod
@@ -133,7 +140,7 @@ class MaskedReset:
             return "a class-based reset or interval event has no masked twin"
         cm = env.curriculum_manager
         for name, cfg in _curricula(cm):
-            if _name(cfg.func) not in PYTHON_CURRICULA:
+            if _name(cfg.func) not in PYTHON_CURRICULA | DEVICE_CURRICULA:
                 return f"curriculum {name!r} ({_name(cfg.func)}) has no masked twin"
         if getattr(cm, "_class_term_cfgs", None):
             return "a class-based curriculum has no masked twin"
@@ -168,7 +175,8 @@ class MaskedReset:
         env = self.env
         cm = env.curriculum_manager
         for name, cfg in _curricula(cm):
-            cm._curriculum_state[name] = cfg.func(env, self.all_ids, **cfg.params)
+            if _name(cfg.func) in PYTHON_CURRICULA:
+                cm._curriculum_state[name] = cfg.func(env, self.all_ids, **cfg.params)
         count = env._sim_step_counter // env.cfg.decimation + 1  # at this step's reset
         if count != self._count_seen:  # eager code moved the counter (a warm-up restored it)
             self._count.fill_(count)
@@ -206,6 +214,10 @@ class MaskedReset:
         env = self.env
         mask = self._mask  # one tensor for every capture: the later segments read it
         mask.copy_(env.reset_buf)
+        cm = env.curriculum_manager
+        for name, cfg in _curricula(cm):
+            if _name(cfg.func) in DEVICE_CURRICULA:
+                cm._curriculum_state[name] = self._terrain_levels(mask, **cfg.params)
         env.sim._reset_mask[:] = mask
         self.any_reset.copy_(mask.any().float())
         return mask
@@ -304,6 +316,34 @@ class MaskedReset:
             term.time_left -= dt
             self._resample(term, term.time_left <= 0.0)
             self._update_velocity(term)
+
+    def _terrain_levels(
+        self, mask: torch.Tensor, command_name: str, asset_cfg: Any = None
+    ) -> dict[str, torch.Tensor]:
+        """mjlab's ``terrain_levels_vel`` on the masked worlds: up a level after walking
+        half a tile, down after less than half the commanded distance; the log's per-type
+        means over the types the worlds stand on (fixed at the start: no host read)."""
+        env = self.env
+        asset = env.scene[asset_cfg.name if asset_cfg is not None else "robot"]
+        terrain = env.scene.terrain
+        generator = terrain.cfg.terrain_generator
+        command = env.command_manager.get_command(command_name)
+        walked = torch.norm(asset.data.root_link_pos_w[:, :2] - env.scene.env_origins[:, :2], dim=1)
+        move_up = walked > generator.size[0] / 2
+        move_down = walked < torch.norm(command[:, :2], dim=1) * env.max_episode_length_s * 0.5
+        move_down *= ~move_up
+        if env.common_step_counter == 0:  # mjlab freezes the levels at the first reset
+            move_up, move_down = torch.zeros_like(move_up), torch.zeros_like(move_down)
+        with RowMask(mask):
+            terrain.update_env_origins(self.all_ids, move_up, move_down)
+        levels = terrain.terrain_levels.float()
+        out = {"mean": levels.mean(), "max": levels.max()}
+        names = list(generator.sub_terrains.keys())
+        if terrain.terrain_origins.shape[1] == len(names):
+            for i, name in enumerate(names):
+                if i in self._types:
+                    out[name] = masked_mean(levels, terrain.terrain_types == i)
+        return out
 
     # --------------------------------------------------- the velocity command's twins
     def _resample(self, term: Any, mask: torch.Tensor) -> None:
