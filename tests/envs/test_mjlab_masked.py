@@ -313,3 +313,44 @@ def test_the_masked_step_is_the_same_eager_or_as_graphs(device, task, episode):
     # three steps of the 16 reset worlds: the logged episode reward is a mean over those
     assert "Episode_Reward/track_linear_velocity" in graphed_log
     assert MaskedReset.check(env.env) is None
+
+
+def test_the_terrain_curriculum_moves_the_masked_worlds_as_mjlabs():
+    """Rough Go1's ``terrain_levels_vel`` through its masked twin against mjlab's, from one
+    state (worlds moved off their origins by different distances, levels spread): the same
+    levels and origins on the masked worlds (where no level wraps to a random one), the others
+    untouched, and the same logged means (mutation: up and down swapped fails)."""
+    from mjlab.tasks.velocity.mdp.curriculums import terrain_levels_vel
+
+    n = 8
+    pair = []
+    for _ in range(2):
+        env = MjlabVecEnv(
+            "Mjlab-Velocity-Rough-Unitree-Go1", n, "cpu", EnvOptions(seed=4, max_episode_steps=50)
+        )
+        env.reset()
+        env.env.common_step_counter = 10
+        terrain = env.env.scene.terrain
+        terrain.terrain_levels.copy_(torch.arange(n) % (terrain.max_terrain_level - 1) + 1)
+        qpos = env.env.sim.data.qpos
+        qpos[:, 0] = env.env.scene.env_origins[:, 0] + torch.linspace(0.0, 6.0, n)
+        env.env.sim.forward()
+        pair.append(env)
+    mask = torch.tensor([True, False] * (n // 2))
+    theirs, ours = pair
+    cfg = theirs.env.curriculum_manager._term_cfgs[0]
+    assert cfg.func is terrain_levels_vel
+    before = ours.env.scene.terrain.terrain_levels.clone()
+    expected = terrain_levels_vel(theirs.env, mask.nonzero().squeeze(-1), **cfg.params)
+    m = MaskedReset(ours.env)
+    got = m._terrain_levels(mask, **cfg.params)
+    levels = [e.env.scene.terrain.terrain_levels for e in pair]
+    origins = [e.env.scene.env_origins for e in pair]
+    assert torch.equal(levels[1][~mask], before[~mask])
+    assert torch.equal(levels[1][mask], levels[0][mask])
+    assert torch.equal(origins[1], origins[0])
+    assert levels[1][mask].tolist() != before[mask].tolist()  # some world moved
+    for key, value in expected.items():
+        assert float(got[key]) == pytest.approx(float(value)), key
+    for env in pair:
+        env.close()
