@@ -20,7 +20,7 @@ else:
     pytest.importorskip("mjlab", reason="needs the mjlab extra: pip install -e '.[mjlab]'")
 
 from orin_rl.envs.base import EnvOptions
-from orin_rl.envs.mjlab import MjlabVecEnv
+from orin_rl.envs.mjlab import MjlabVecEnv, task_ids
 from orin_rl.envs.mjlab_masked import MaskedReset, RowMask
 
 GO1 = "Mjlab-Velocity-Flat-Unitree-Go1"
@@ -29,6 +29,13 @@ ROUNDS = 40
 """Resets of half the worlds per copy: 1,280 reset rows per field."""
 KS_CRITICAL = 1.95 * np.sqrt(2 / (N // 2 * ROUNDS))
 """Two-sample KS at a 0.1% level: a uniform range shifted by a tenth of its width fails it."""
+
+
+def _registry() -> list[str]:
+    try:
+        return task_ids()
+    except Exception:  # collected without mjlab: the module is skipped anyway
+        return []
 
 
 def _ks(a: np.ndarray, b: np.ndarray) -> float:
@@ -354,3 +361,33 @@ def test_the_terrain_curriculum_moves_the_masked_worlds_as_mjlabs():
         assert float(got[key]) == pytest.approx(float(value)), key
     for env in pair:
         env.close()
+
+
+@pytest.mark.parametrize("task", _registry())
+def test_every_task_in_mjlabs_registry_steps_or_is_refused_in_one_line(task, caplog):
+    """Each registered task, 2 worlds on Warp's CPU device, its reset path masked where its
+    terms have twins, the step's segments captured and replayed (emulated graphs): two rounds
+    of resets (and the curricula they run) go through, or the task is refused in one line for
+    a named reason (a tracking task's motion file). No task crashes (mutation: the adapter
+    not turning a task's failed set-up into ``EnvError`` crashes the tracking tasks)."""
+    from orin_rl.envs.base import EnvError
+
+    try:
+        env = MjlabVecEnv(task, 2, "cpu", EnvOptions(seed=1, max_episode_steps=2))
+    except EnvError as exc:
+        assert "Tracking" in task and "motion file" in str(exc) and "\n" not in str(exc)
+        return
+    why = env._stepper.mask_resets()
+    assert why is None or ("\n" not in why and "no masked twin" in why), why
+    env._stepper.emulate_graphs()
+    env.reset()
+    g = torch.Generator().manual_seed(0)
+    ended = 0
+    for _ in range(5):
+        s = env.step(torch.randn(2, env.action_space.shape[0], generator=g))
+        assert torch.isfinite(s.obs).all() and torch.isfinite(s.reward).all()
+        ended += int((s.terminated | s.truncated).sum())
+    assert ended >= 4  # two rounds of resets of both worlds
+    for why in env.graph_report()["refused"].values():  # segments left eager: one line each
+        assert all("\n" not in line for line in why), why
+    env.close()
