@@ -271,15 +271,20 @@ class MjlabVecEnv(VecEnv):
         second time it runs): the segments that become graphs and those that stay eager, or
         None on the CPU and with ``ORIN_RL_MJLAB_GRAPHS=0`` (mjlab's eager step throughout).
         With ``masked`` (the default; ``ORIN_RL_MJLAB_MASKED=0`` turns it off) the reset path
-        runs as masked device code too (``mjlab_masked``) where the task's terms have twins.
+        runs as masked device code too (``mjlab_masked``) where the task's terms have twins;
+        terms with a graph-safe twin (``mjlab_terms``: rough terrain's ``upright``) use it.
         The ``gpu`` test holds the graphed step against mjlab's own (H200, Go1 and G1)."""
         if self.device.type != "cuda" or os.environ.get(GRAPHS_ENV) == "0":
             return None
+        from orin_rl.envs.mjlab_terms import use_graph_safe_terms
+
         self._stepper.use_graphs = True
+        twins = use_graph_safe_terms(self.env)  # terms that would read the host (rough upright)
         if masked is None:
             masked = os.environ.get(MASKED_ENV) != "0"
         why = self._stepper.mask_resets() if masked else "masked resets off"
-        return {**self._stepper.describe_plan(), "masked_resets": why or "on"}
+        plan = self._stepper.describe_plan()
+        return {**plan, "masked_resets": why or "on", "graph_safe_terms": twins}
 
     def deploy_contract(self) -> dict[str, Any]:
         """What a robot needs to run this task's policy (``policy.json``'s ``deploy``)."""

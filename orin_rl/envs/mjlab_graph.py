@@ -320,6 +320,8 @@ class SegmentedStep:
         self.masked: MaskedReset | None = None
         """The reset path as masked device code (``mask_resets``), else mjlab's eager one."""
         self.masked_segments: list[_Segment] = []
+        self.resets = "eager"
+        """How resets run: "masked", "eager", or why the task's could not be masked."""
         self._terms = (_scalar_settings(env), ())
         self._settings_version = 0
         self._index_cache: dict[tuple, torch.Tensor] = {}
@@ -376,8 +378,8 @@ class SegmentedStep:
         """Run the reset path (interval events, resets, command resampling) as masked device
         code over every world (``mjlab_masked``): segments a graph can hold, no host read.
         Returns None, or why the task keeps mjlab's eager resets (one line, also logged)."""
-        why = MaskedReset.check(self.env)
-        if why is not None:
+        why = self.resets = MaskedReset.check(self.env) or "masked"
+        if why != "masked":
             log.warning("mjlab step: resets stay mjlab's eager code: %s", why)
             return why
         m = self.masked = MaskedReset(self.env)
@@ -587,4 +589,5 @@ class SegmentedStep:
             "captures": {s.name: sum(v is not None for v in s.variants.values()) for s in every},
             "replays": {s.name: s.replays for s in every},
             "refused": {s.name: s.refused for s in every if s.refused},
+            "resets": self.resets,
         }
