@@ -43,6 +43,7 @@ from typing import Any
 import torch
 
 from orin_rl.capture import capture
+from orin_rl.envs.capture_constants import device_list_indices
 from orin_rl.envs.graph_emulation import EmulatedGraph, HostReadWatch
 from orin_rl.envs.graph_state import Effects, TensorBindings, bindings, sync_cache
 from orin_rl.envs.mjlab_masked import MaskedReset, masked_tail
@@ -95,55 +96,6 @@ def _is_scalar(v: Any) -> bool:
 def group_has_noise(env: Any, group: str) -> bool:
     """Observation noise draws from torch's generator (a graph would advance it)."""
     return any(cfg.noise is not None for cfg in env.observation_manager._group_obs_term_cfgs[group])
-
-
-def _is_int_list(x: Any) -> bool:
-    return (
-        type(x) is list
-        and len(x) > 0
-        and all(type(v) is int for v in x)  # not bool: a list of bools is a mask
-    )
-
-
-@contextlib.contextmanager
-def device_list_indices(cache: dict[tuple, torch.Tensor], device: torch.device):
-    """Indexing a CUDA tensor with a Python list of ints (``x[:, asset_cfg.body_ids, :]``, as
-    mjlab's reward terms do) copies the list to the device at every call, and a copy from
-    pageable memory cannot be captured. Within this context such a list, indexing a tensor on
-    ``device``, becomes a cached int64 tensor there: the same advanced indexing, made once
-    (eagerly, in the warm-up step) and reused while capturing."""
-    getitem, setitem = torch.Tensor.__getitem__, torch.Tensor.__setitem__
-
-    def convert(tensor: torch.Tensor, idx: Any) -> Any:
-        here = tensor.device
-        if here.type != device.type or (device.index is not None and here.index != device.index):
-            return idx
-
-        def one(x: Any) -> Any:
-            if not _is_int_list(x):
-                return x
-            key = (tensor.device, tuple(x))
-            if key not in cache:
-                cache[key] = torch.tensor(x, dtype=torch.int64, device=tensor.device)
-            return cache[key]
-
-        if isinstance(idx, tuple):
-            return tuple(one(x) for x in idx)
-        return one(idx)
-
-    def patched_getitem(self, idx):
-        return getitem(self, convert(self, idx))
-
-    def patched_setitem(self, idx, value):
-        return setitem(self, convert(self, idx), value)
-
-    torch.Tensor.__getitem__ = patched_getitem
-    torch.Tensor.__setitem__ = patched_setitem
-    try:
-        yield
-    finally:
-        torch.Tensor.__getitem__ = getitem
-        torch.Tensor.__setitem__ = setitem
 
 
 _UNSEEN = object()

@@ -60,7 +60,7 @@ def fit_plane_normal(points: torch.Tensor, valid_mask: torch.Tensor) -> torch.Te
     """mjlab's ``fit_terrain_normal`` (mjlab 1.6, ``tasks/velocity/mdp/terrain_utils.py``)
     without ``eigh``: the plane normal of the valid points, oriented upward, [0, 0, 1] where
     the fit is degenerate (fewer than 3 points, line- or point-like, non-finite)."""
-    batch, device, dtype = points.shape[0], points.device, points.dtype
+    device, dtype = points.device, points.dtype
     count = valid_mask.sum(dim=1)
     enough = count >= 3
     mask_f = valid_mask.to(torch.float64).unsqueeze(-1)
@@ -78,7 +78,8 @@ def fit_plane_normal(points: torch.Tensor, valid_mask: torch.Tensor) -> torch.Te
     plane_like = (values[:, 0] / values[:, 1].clamp(min=eps)) < 0.1
     has_spread = values[:, 1] > values[:, 2].clamp(min=eps) * 1e-6
     reliable = enough & plane_like & has_spread & finite
-    up = torch.tensor([0.0, 0.0, 1.0], device=device, dtype=torch.float64).expand(batch, 3)
+    up = torch.zeros_like(normal)
+    up[:, 2] = 1.0
     return torch.where(reliable.unsqueeze(-1), normal, up).to(dtype)
 
 

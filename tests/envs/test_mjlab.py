@@ -198,15 +198,17 @@ def test_graphs_follow_what_eager_code_changes_between_replays(change):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("masked", [True, False])
 @pytest.mark.parametrize("task", [GO1, "Mjlab-Velocity-Flat-Unitree-G1"])
-def test_the_graphed_step_is_mjlabs_step(task):
-    """The step's segments captured as CUDA graphs and replayed: against mjlab's own eager
-    ``env.step`` from the same seed, the same resets and, within CUDA's run-to-run spread,
-    the same rewards and observations (first episode); the segments really ran as graphs."""
+def test_the_graphed_step_is_mjlabs_step(task, masked):
+    """The step's segments captured as CUDA graphs and replayed (the reset path masked, the
+    default, or mjlab's eager one): against mjlab's own eager ``env.step`` from the same
+    seed, the same resets and, within CUDA's run-to-run spread, the same rewards and
+    observations (first episode); the segments really ran as graphs."""
     n = 64
     ours = MjlabVecEnv(task, n, "cuda", EnvOptions(seed=3, max_episode_steps=EPISODE))
     actions = _actions(3 * EPISODE + 2, ours.action_space.shape[0], n=n)
-    plan = ours.use_graphs()
+    plan = ours.use_graphs(masked=masked)
     assert {"action", "rewards"} <= set(plan["graphs"])
     ours.reset()
     got = [ours.step(a) for a in actions]
@@ -526,7 +528,7 @@ def test_list_indices_become_cached_device_tensors_with_the_same_values():
     context a list of ints indexing a tensor on the device is a cached int64 tensor, for reads
     and writes, with the values plain indexing gives; other indices and devices are left
     alone, and torch's indexing is itself again afterwards."""
-    from orin_rl.envs.mjlab_graph import device_list_indices
+    from orin_rl.envs.capture_constants import device_list_indices
 
     x = torch.arange(60.0).reshape(3, 4, 5)
     want = x[:, [2, 0], :], x[[1, 1], 3], x[:, [True, False, True, False]]
@@ -549,6 +551,34 @@ def test_list_indices_become_cached_device_tensors_with_the_same_values():
     cache.clear()
     with device_list_indices(cache, torch.device("cuda")):  # another device: untouched
         assert torch.equal(x[:, [2, 0], :], want[0])
+    assert cache == {}
+
+
+def test_tensors_of_python_numbers_become_cached_device_copies():
+    """mjlab's ``_sample_se3_range`` builds ``torch.tensor(range_list, device=...)`` at every
+    reset, a pageable copy no capture takes: inside the context it is made once and each call
+    gets its own device copy with the same values, dtype and sign of zero; tensors, other
+    devices and non-numbers are left to torch, which is itself again afterwards."""
+    from orin_rl.envs.capture_constants import device_list_indices
+
+    factory = torch.tensor
+    cache: dict = {}
+    with device_list_indices(cache, torch.device("cpu")):
+        first = torch.tensor([[0.5, -1.0], [0.0, 2.0]], device="cpu")
+        first.add_(10.0)  # a caller's in-place write must not reach the next caller
+        second = torch.tensor([[0.5, -1.0], [0.0, 2.0]], device="cpu")
+        zeros = torch.tensor([-0.0], device="cpu"), torch.tensor([0.0], device="cpu")
+        ints = torch.tensor([3, 4], device="cpu", dtype=torch.int64)
+        passed = torch.tensor(torch.ones(2), device="cpu")
+    assert torch.tensor is factory
+    assert torch.equal(second, factory([[0.5, -1.0], [0.0, 2.0]]))
+    assert second.dtype == torch.float32 and ints.dtype == torch.int64
+    assert torch.signbit(zeros[0]).item() and not torch.signbit(zeros[1]).item()
+    assert torch.equal(passed, torch.ones(2))
+    assert sum(1 for k in cache if k[0] == "tensor") == 4  # made once each, the tensor not
+    cache.clear()
+    with device_list_indices(cache, torch.device("cuda")):  # another device: untouched
+        assert torch.equal(torch.tensor([1.0], device="cpu"), factory([1.0]))
     assert cache == {}
 
 
