@@ -116,7 +116,7 @@ def bench_task(task: str, args, work: Path) -> dict:
                 "--set", f"ppo.num_steps={args.steps_per_env}",
                 "--set", "train.eval_episodes=64",
                 *([] if args.ours_eager else ["--cuda-graphs"]), *args.ours_set]  # fmt: skip
-    row: dict = {"task": task, "num_envs": args.num_envs, "env_steps": steps}
+    row: dict = {"task": task, "num_envs": args.num_envs, "env_steps": steps, "seed": args.seed}
     results = {}
     for name, cmd, cwd, env, logdir in (
         ("mjlab", peer_cmd, peer_dir, peer_env, peer_dir),
@@ -153,6 +153,11 @@ def bench_task(task: str, args, work: Path) -> dict:
         s = json.loads(ours_summary.read_text())
         row["ours_eval_return_mean"] = s.get("eval_return_mean")
         row["ours_eval_log"] = s.get("eval_log")
+        graphs = s.get("env_graphs") or {}  # which step segments replayed as CUDA graphs
+        row["ours_env_graphs"] = graphs or None
+        every = len(graphs.get("graphs", [])) + len(graphs.get("eager", []))
+        row["ours_graphed_segments"] = len(graphs.get("graphs", [])) / every if every else 0.0
+        row["ours_resets"] = graphs.get("resets")
     return row
 
 
@@ -163,7 +168,8 @@ def write(rows: list[dict], out: Path, meta: dict) -> None:
             "steps_per_s_ratio", "ours_final_mean_reward", "mjlab_final_mean_reward",
             "ours_tracking_error", "mjlab_tracking_error", "reward_target",
             "ours_wall_to_target_s", "mjlab_wall_to_target_s", "ours_process_wall_s",
-            "mjlab_process_wall_s", "ours_startup_s", "mjlab_startup_s"]  # fmt: skip
+            "mjlab_process_wall_s", "ours_startup_s", "mjlab_startup_s", "seed",
+            "ours_graphed_segments", "ours_resets"]  # fmt: skip
 
     def fmt(v):
         if isinstance(v, float):
