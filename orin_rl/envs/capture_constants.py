@@ -30,12 +30,16 @@ def device_list_indices(cache: dict[tuple, torch.Tensor], device: torch.device):
     pageable memory cannot be captured. Within this context such a list, indexing a tensor on
     ``device``, becomes a cached int64 tensor there: the same advanced indexing, made once
     (eagerly, in the warm-up step) and reused while capturing. So does ``torch.tensor`` of
-    Python numbers on ``device`` (a fresh device copy of the cached one each call)."""
+    Python numbers on ``device`` (a fresh device copy of the cached one each call), and a
+    Python number assigned into a tensor there."""
     getitem, setitem = torch.Tensor.__getitem__, torch.Tensor.__setitem__
 
-    def convert(tensor: torch.Tensor, idx: Any) -> Any:
+    def _on(tensor: torch.Tensor) -> bool:
         here = tensor.device
-        if here.type != device.type or (device.index is not None and here.index != device.index):
+        return here.type == device.type and (device.index is None or here.index == device.index)
+
+    def convert(tensor: torch.Tensor, idx: Any) -> Any:
+        if not _on(tensor):
             return idx
 
         def one(x: Any) -> Any:
@@ -54,6 +58,14 @@ def device_list_indices(cache: dict[tuple, torch.Tensor], device: torch.device):
         return getitem(self, convert(self, idx))
 
     def patched_setitem(self, idx, value):
+        """``x[ids] = 0.0`` on a CUDA tensor makes the 0.0 a CPU tensor that ``index_put_``
+        copies to the device (mjlab's resets: ``clear_state``, the sensors' and the action
+        manager's ``reset``): the value becomes a cached device scalar of ``x``'s dtype."""
+        if type(value) in (bool, int, float) and _on(self):
+            key = ("scalar", type(value).__name__, repr(value), self.dtype, str(self.device))
+            if key not in cache:
+                cache[key] = factory(value, dtype=self.dtype, device=self.device)
+            value = cache[key]
         return setitem(self, convert(self, idx), value)
 
     def patched_tensor(data, *args, **kwargs):

@@ -527,7 +527,8 @@ def test_list_indices_become_cached_device_tensors_with_the_same_values():
     """What makes mjlab's reward terms capturable (``x[:, asset_cfg.body_ids, :]``): inside the
     context a list of ints indexing a tensor on the device is a cached int64 tensor, for reads
     and writes, with the values plain indexing gives; other indices and devices are left
-    alone, and torch's indexing is itself again afterwards."""
+    alone, and torch's indexing is itself again afterwards. A Python number assigned becomes
+    a device scalar."""
     from orin_rl.envs.capture_constants import device_list_indices
 
     x = torch.arange(60.0).reshape(3, 4, 5)
@@ -543,8 +544,13 @@ def test_list_indices_become_cached_device_tensors_with_the_same_values():
     for g, w in zip(got, want, strict=True):
         assert torch.equal(g, w)
     assert torch.equal(again, want[0])
-    assert set(k[1] for k in cache) == {(2, 0), (1, 1), (3, 1)}  # bools stay a mask
-    assert all(v.dtype == torch.int64 for v in cache.values())
+    lists = {k[1]: v for k, v in cache.items() if isinstance(k[0], torch.device)}
+    assert set(lists) == {(2, 0), (1, 1), (3, 1)}  # bools stay a mask
+    assert all(v.dtype == torch.int64 for v in lists.values())
+    # the assigned -1.0: a cached scalar on the tensor's device and dtype (on CUDA a Python
+    # number would be a CPU tensor index_put_ copies over, which no capture takes)
+    (scalar,) = [v for k, v in cache.items() if k[0] == "scalar"]
+    assert scalar.dim() == 0 and scalar.dtype == y.dtype and scalar.item() == -1.0
     z = x.clone()
     z[:, [3, 1], 0] = -1.0
     assert torch.equal(y, z)
