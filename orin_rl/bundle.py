@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -53,9 +54,11 @@ class BundleInfo:
     outputs: list[TensorSpec]
     """Model outputs (``action`` first)."""
     action_space: dict[str, Any]
-    """``{"kind": "discrete", "n": N}`` or ``{"kind": "continuous", "low": [..], "high": [..]}``."""
+    """``{"kind": "discrete", "n": N}`` or ``{"kind": "continuous", "low": [..], "high": [..]}``;
+    an unbounded side is ``-inf``/``inf`` here and ``null`` in policy.json."""
     normalizer: dict[str, Any] | None
-    """How observations are normalised inside the graph (mean, var, eps, clip), or None."""
+    """How observations are normalised inside the graph (mean, var, eps, clip), or None; no
+    clip is ``inf`` here and ``null`` in policy.json."""
     parity_max_abs_error: float
     """Largest |ONNX Runtime - PyTorch| over the parity observations."""
     parity: dict[str, Any] = field(default_factory=dict)
@@ -92,8 +95,11 @@ class BundleInfo:
             data = dict(data)
             data["inputs"] = [TensorSpec(**t) for t in data["inputs"]]
             data["outputs"] = [TensorSpec(**t) for t in data["outputs"]]
+            data["action_space"] = _null_bounds_as_inf(data["action_space"])
+            if data.get("normalizer") and data["normalizer"].get("clip", 0) is None:
+                data["normalizer"] = {**data["normalizer"], "clip": math.inf}
             info = cls(**data)
-        except (KeyError, TypeError) as exc:
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise BundleError(f"{source}: malformed bundle description ({exc})") from None
         if not info.inputs or not info.outputs:
             raise BundleError(f"{source}: a bundle needs one input and at least one output")
@@ -109,6 +115,17 @@ def _unbounded_as_null(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [_unbounded_as_null(v) for v in value]
     return value
+
+
+def _null_bounds_as_inf(space: dict[str, Any]) -> dict[str, Any]:
+    """An action space read from policy.json with its unbounded sides (``null``) back at
+    ``-inf``/``inf``, as the policy was exported; bundles written as ``-Infinity``/``Infinity``
+    (before the JSON was strict) parse to infinities already."""
+    space = dict(space)
+    for key, unbounded in (("low", -math.inf), ("high", math.inf)):
+        if isinstance(space.get(key), list):
+            space[key] = [unbounded if v is None else v for v in space[key]]
+    return space
 
 
 def sha256_file(path: str | Path) -> str:

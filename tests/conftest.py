@@ -55,3 +55,27 @@ def tiny_run(tmp_path_factory):
         return made[key]
 
     return make
+
+
+@pytest.fixture(scope="session")
+def mjlab_style_onnx(tmp_path_factory):
+    """A tiny ONNX file in the format of mjlab's policy export (its metadata keys; 3
+    observations -> 2 actions through one MatMul), made without mjlab, torch or training."""
+    onnx = pytest.importorskip("onnx", reason="needs the export extra")
+    from onnx import TensorProto, helper, numpy_helper
+
+    weight = np.arange(6, dtype=np.float32).reshape(3, 2) / 10  # (obs, action)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["obs", "weight"], ["actions"])],
+        "policy",
+        [helper.make_tensor_value_info("obs", TensorProto.FLOAT, [1, 3])],
+        [helper.make_tensor_value_info("actions", TensorProto.FLOAT, [1, 2])],
+        [numpy_helper.from_array(weight, "weight")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8  # what ONNX Runtime builds of a few years back read
+    metadata = {"joint_names": "hip,knee", "observation_names": "joint_pos", "action_scale": "0.5"}
+    helper.set_model_props(model, metadata)
+    path = tmp_path_factory.mktemp("mjlab_style") / "policy_mjlab.onnx"
+    onnx.save(model, str(path))
+    return path

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import os
 
 import pytest
@@ -147,6 +148,65 @@ class TestBundleFiles:
     def test_private_write(self, tmp_path):
         bundle.write_private(tmp_path / "m.onnx", b"abc")
         assert os.stat(tmp_path / "m.onnx").st_mode & 0o777 == 0o600
+
+
+def strict_json(text: str):
+    """Parse as a robot's C++ or Go parser does: ``Infinity``/``NaN`` are not JSON."""
+
+    def refuse(constant):
+        raise ValueError(f"{constant} is not JSON")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+class TestStrictJson:
+    """policy.json is strict JSON (an unbounded action side is ``null``) and reads back with
+    the infinities it was written with (mutations: ``allow_nan`` and ``Infinity`` written
+    again; the reader leaving ``null`` as None)."""
+
+    def test_an_unbounded_action_is_null_in_policy_json_and_inf_when_read(
+        self, mjlab_style_onnx, tmp_path
+    ):
+        from orin_rl.export.mjlab_onnx import import_mjlab_onnx
+
+        import_mjlab_onnx(mjlab_style_onnx, tmp_path / "b")  # no task: the bounds are ±inf
+        space = strict_json((tmp_path / "b" / "policy.json").read_text())["action_space"]
+        assert space["low"] == [None, None] and space["high"] == [None, None]
+        info, _ = bundle.load_bundle(tmp_path / "b")
+        assert info.action_space["low"] == [-math.inf, -math.inf]
+        assert info.action_space["high"] == [math.inf, math.inf]
+
+    def test_bounds_and_clip_round_trip(self):
+        space = {"kind": "continuous", "shape": [2], "low": [-math.inf, -1.0],
+                 "high": [2.0, math.inf]}  # fmt: skip
+        info = bundle.BundleInfo(
+            onnx_file="policy.onnx",
+            onnx_sha256="0" * 64,
+            opset=17,
+            precision="fp32",
+            inputs=[bundle.TensorSpec("obs", ["batch", 3], "float32")],
+            outputs=[bundle.TensorSpec("action", ["batch", 2], "float32")],
+            action_space=space,
+            normalizer={"mean": [0.0] * 3, "var": [1.0] * 3, "eps": 1e-8, "clip": math.inf},
+            parity_max_abs_error=0.0,
+        )
+        data = strict_json(info.to_json())
+        assert data["action_space"]["low"] == [None, -1.0] and data["normalizer"]["clip"] is None
+        assert bundle.BundleInfo.from_dict(data) == info
+
+    def test_a_bundle_written_with_infinity_still_reads(self, mjlab_style_onnx, tmp_path):
+        """Bundles from before the JSON was strict hold ``-Infinity``/``Infinity``."""
+        from orin_rl.export.mjlab_onnx import import_mjlab_onnx
+
+        import_mjlab_onnx(mjlab_style_onnx, tmp_path / "b")
+        path = tmp_path / "b" / "policy.json"
+        data = json.loads(path.read_text())
+        data["action_space"].update(low=[-math.inf, -1.0], high=[math.inf, 1.0])
+        path.write_text(json.dumps(data))  # Python's default: allow_nan=True
+        assert "-Infinity" in path.read_text()
+        info, _ = bundle.load_bundle(tmp_path / "b")
+        assert info.action_space["low"] == [-math.inf, -1.0]
+        assert info.action_space["high"] == [math.inf, 1.0]
 
 
 class TestRecipes:
