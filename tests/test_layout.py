@@ -1,4 +1,5 @@
-"""Layout rules for ``orin_rl`` and ``tools/``: no import cycles, no module over 600 lines.
+"""Layout rules for ``orin_rl`` and ``tools/``: no import cycles, imports run one way, no
+module over 600 lines.
 
 The import graph is read from the source with ``ast``; nothing is imported. Every import
 statement counts, lazy ones inside functions included (``a`` importing ``b`` in a function while
@@ -19,6 +20,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 TOPS = ("orin_rl", "tools")
 MAX_LINES = 600
+# Imports that run the wrong way (DESIGN.md): no module of a key's package (or the key module)
+# imports a module of the packages it names.
+FORBIDDEN = {
+    "orin_rl.runtime": ("orin_rl.export", "orin_rl.runners", "orin_rl.algorithms"),
+    "orin_rl.bundle": ("orin_rl.export", "orin_rl.runtime", "orin_rl.runners"),
+}
 # Modules allowed past MAX_LINES, each with its reason.
 OVERSIZED_OK = {
     "orin_rl/algorithms/fused.py": "one Numba kernel family: the fused PPO kernels and the "
@@ -173,6 +180,28 @@ def test_no_import_cycles():
     assert not found, "\n".join(report)
 
 
+def _inside(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def wrong_way(graph: dict[str, set[str]], rules=FORBIDDEN) -> list[str]:
+    """Every edge ``a -> b`` that a rule forbids, sorted."""
+    return sorted(
+        f"{module} -> {target}"
+        for module, targets in graph.items()
+        for package, banned in rules.items()
+        if _inside(module, package)
+        for target in targets
+        if any(_inside(target, b) for b in banned)
+    )
+
+
+def test_imports_run_one_way():
+    """A robot's runtime carries no exporter, runner or algorithm (lazy imports count)."""
+    found = wrong_way(import_graph())
+    assert not found, "imports that run the wrong way (see DESIGN.md):\n  " + "\n  ".join(found)
+
+
 def test_no_module_over_600_lines():
     too_long = []
     for path in _sources(ROOT):
@@ -207,6 +236,9 @@ def test_import_graph_reader(tmp_path):
     assert graph["orin_rl"] == {"orin_rl.a"}
     assert graph["orin_rl.b"] == {"orin_rl.a"}
     assert graph["orin_rl.sub"] == {"orin_rl.sub.d", "orin_rl.c"}
+    assert wrong_way(graph, {"orin_rl.sub": ("orin_rl.c",), "orin_rl.c": ("orin_rl.a",)}) == [
+        "orin_rl.sub -> orin_rl.c"
+    ]
     assert cycles(graph) == [
         ["orin_rl.a", "orin_rl.b", "orin_rl.a"],
         ["orin_rl.sub", "orin_rl.sub.d", "orin_rl.sub"],

@@ -54,7 +54,7 @@ def _locate(model: str | Path) -> dict[str, Path]:
 def _foreign_onnx(path: Path) -> Path:
     """An ONNX file outside a bundle: mjlab's policy export becomes a bundle (cached); any
     other is refused in one line."""
-    from orin_rl.export import mjlab_onnx
+    from orin_rl.runtime import mjlab_onnx
 
     if not path.is_file():
         raise bundle.BundleError(f"{path}: no such file")
