@@ -13,18 +13,17 @@ import logging
 import threading
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 import torch
 
 from orin_rl.algorithms.sac import squashed_gaussian
+from orin_rl.config import Config, DQNConfig, SACConfig
+from orin_rl.models import PolicySpec
 from orin_rl.runners.plant import OnlineError, Plant
 from orin_rl.runtime.loop import ControlLoop, LoopConfig
 from orin_rl.runtime.stats import summarize_us
-
-if TYPE_CHECKING:
-    from orin_rl.runners.online import OnlineRunner
 
 log = logging.getLogger(__name__)
 
@@ -118,10 +117,29 @@ TICKS_PER_LOOP = 10_000
 """Ticks of one ControlLoop run (its latency recorder is preallocated to this many)."""
 
 
+class Trainer(Protocol):
+    """What the actor reads of the run that drives it (``runners.online.OnlineRunner``): named
+    here so that this module does not import the runner, which imports it."""
+
+    cfg: Config
+    policy_spec: PolicySpec
+    algo_cfg: SACConfig | DQNConfig
+    """``learning_starts``: actions are random before it."""
+    algo: Any
+    """The algorithm; DQN's ``epsilon()`` for discrete actions."""
+    mailbox: WeightMailbox
+
+    def env_steps_total(self) -> int: ...
+
+    def episodes_done(self) -> int: ...
+
+    def learner_stalled(self) -> bool: ...
+
+
 class Actor:
     """The real-time side: a ControlLoop per episode, transitions into ``queue``."""
 
-    def __init__(self, trainer: OnlineRunner, plant: Plant):
+    def __init__(self, trainer: Trainer, plant: Plant):
         t = trainer
         self.t, self.plant = t, plant
         self.cfg = t.cfg.online
