@@ -342,6 +342,7 @@ class SegmentedStep:
                 ("reset", m.begin_reset),
                 ("reset2", m.finish_reset),
                 ("commands", m.commands),
+                ("sensors", m.refresh_sensors),
             )
         ]
         self._terms = (_scalar_settings(self.env), self.masked.settings())

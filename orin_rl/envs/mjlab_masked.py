@@ -113,8 +113,10 @@ class MaskedReset:
         self.all_ids = torch.arange(self.n, device=self.device)
         self.any_reset = torch.zeros((), device=self.device)
         self._mask = torch.zeros(self.n, dtype=torch.bool, device=self.device)
+        self._any_rows = torch.zeros(self.n, dtype=torch.bool, device=self.device)
         self._count = torch.zeros((), dtype=torch.int64, device=self.device)
         self._count_seen: int | None = None
+        self._cached: list[tuple[Any, Any]] = []
         terrain = getattr(env.scene, "terrain", None)
         types = getattr(terrain, "terrain_types", None)
         # the sub-terrain types the worlds stand on (set at the start, read here once)
@@ -220,6 +222,7 @@ class MaskedReset:
                 cm._curriculum_state[name] = self._terrain_levels(mask, **cfg.params)
         env.sim._reset_mask[:] = mask
         self.any_reset.copy_(mask.any().float())
+        self._any_rows.copy_(mask.any().expand(self.n))
         return mask
 
     def sim_reset(self) -> None:
@@ -238,8 +241,15 @@ class MaskedReset:
         """``_reset_idx`` after ``sim.reset`` and the scene's write: the managers' resets and
         their logs, on the masked worlds."""
         env, mask, ids = self.env, self._mask, self.all_ids
+        # mjlab's observations read a sensor's data cached at the rewards (before forward) at a
+        # step without a reset, and recomputed for every world at a step with one (its reset
+        # drops the cache): keep the caches, and refresh_sensors() blends on any reset
+        sensors = env.scene.sensors.values()
+        self._cached = [(sn, sn._cached_data) for sn in sensors if sn._cache_valid]
         with RowMask(mask):
             env.scene.reset(ids)
+        for sensor, data in self._cached:
+            sensor._cached_data, sensor._cache_valid = data, True
         em = env.event_manager
         for index, cfg in enumerate(em._mode_term_cfgs.get("reset", [])):
             last = em._reset_term_last_triggered_step_id[index]
@@ -259,9 +269,21 @@ class MaskedReset:
             log["Episode_Termination/" + key] = (done & mask).sum().float()
         env.episode_length_buf.masked_fill_(mask, 0)
         env._manual_reset_pending.masked_fill_(mask, False)
-        env.scene.write_data_to_sim()
+        # mjlab writes every world's data to the simulator only at a step with a reset; the
+        # next sim.forward() reads it (the contact forces the observations see)
+        with RowMask(self._any_rows):
+            env.scene.write_data_to_sim()
         self._count += 1
         return log
+
+    def refresh_sensors(self) -> None:
+        """After ``sim.sense``: the cached sensor data kept by ``finish_reset`` recomputed on
+        every world where any world reset (mjlab's reset drops the whole cache), in place."""
+        for sensor, data in self._cached:
+            fresh = sensor._compute_data()
+            for old, new in zip(_tensors(data), _tensors(fresh), strict=True):
+                keep = self._any_rows.view(self.n, *([1] * (old.dim() - 1)))
+                old.copy_(torch.where(keep, new, old))
 
     def _reward_reset(self, mask: torch.Tensor) -> dict[str, torch.Tensor]:
         rm, log = self.env.reward_manager, {}
@@ -408,7 +430,7 @@ def masked_tail(step: Any, t: float) -> tuple[Any, ...]:
     the same segments and Warp launches, whatever worlds reset, and reads nothing on the host.
     The terminal observation (when the learner reads it) is taken at every step."""
     env, m = step.env, step.masked
-    events, begin, finish, commands = step.masked_segments
+    events, begin, finish, commands, sensors = step.masked_segments
     events()
     t = step._clock(t, "events")
     terminal = step._terminal_observation() if step.terminal_needed else None
@@ -422,6 +444,7 @@ def masked_tail(step: Any, t: float) -> tuple[Any, ...]:
     commands()
     t = step._clock(t, "commands")
     env.sim.sense()
+    sensors()
     t = step._clock(t, "sense")
     if step.use_graphs:
         step._check_settings()
@@ -437,6 +460,14 @@ def masked_tail(step: Any, t: float) -> tuple[Any, ...]:
     step._clock(t, "recorders")
     out = env.obs_buf, env.reward_buf, env.reset_terminated, env.reset_time_outs, env.extras
     return (*out, terminal)
+
+
+def _tensors(data: Any) -> list[torch.Tensor]:
+    """A sensor's data as its tensors: itself, or a dataclass's tensor fields in order."""
+    if isinstance(data, torch.Tensor):
+        return [data]
+    fields = getattr(data, "__dataclass_fields__", {})
+    return [v for v in (getattr(data, f) for f in fields) if isinstance(v, torch.Tensor)]
 
 
 def _curricula(cm: Any) -> list[tuple[str, Any]]:

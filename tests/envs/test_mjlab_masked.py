@@ -22,6 +22,7 @@ else:
 from orin_rl.envs.base import EnvOptions
 from orin_rl.envs.mjlab import MjlabVecEnv, task_ids
 from orin_rl.envs.mjlab_masked import MaskedReset, RowMask
+from tests.envs.test_mjlab import _actions, _mjlab_rollout, assert_mjlabs_until_the_first_reset
 
 GO1 = "Mjlab-Velocity-Flat-Unitree-Go1"
 N = 64
@@ -290,7 +291,9 @@ def test_the_masked_step_is_the_same_eager_or_as_graphs(device, task, episode):
     (on the CPU: with the graphs' semantics, ``graph_emulation``): the same observations,
     rewards and flags bit for bit through three rounds of resets; every segment, the reset
     path's included, is a graph after the first step; the episode logs counted only at steps
-    with a reset."""
+    with a reset. On CUDA MuJoCo Warp is not bit-reproducible even against itself (see
+    ``test_mjlab._assert_mjlabs_steps``), so there the flags are held exactly all along and
+    the values within 2e-3 over the first episode, before any masked reset draws."""
     runs = {}
     for graphs in (False, True):
         env = MjlabVecEnv(task, 4, device, EnvOptions(seed=3, max_episode_steps=episode))
@@ -313,10 +316,21 @@ def test_the_masked_step_is_the_same_eager_or_as_graphs(device, task, episode):
         env.close()
     (eager, _, eager_log), (graphed, report, graphed_log) = runs[False], runs[True]
     for t, (a, b) in enumerate(zip(eager, graphed, strict=True)):
-        assert all(torch.equal(x, y) for x, y in zip(a, b, strict=True)), t
+        if device == "cpu":
+            assert all(torch.equal(x, y) for x, y in zip(a, b, strict=True)), t
+            continue
+        assert torch.equal(a[2], b[2]) and torch.equal(a[3], b[3]), t
+        if t < episode:
+            for x, y in zip(a[:2] + a[4:], b[:2] + b[4:], strict=True):
+                torch.testing.assert_close(y, x, rtol=2e-3, atol=2e-3)
     assert report["eager"] == [] and report["refused"] == {}, report
     assert all(report["replays"][s] >= 14 for s in ("events", "reset", "reset2", "commands"))
-    assert eager_log == graphed_log
+    assert eager_log == graphed_log if device == "cpu" else eager_log.keys() == graphed_log.keys()
+    if device == "cpu" and task == GO1:  # and mjlab's own step until the first reset draws
+        want = _mjlab_rollout("cpu", _actions(16, 12))
+        steps = [(o, r, te, tr) for o, r, te, tr, _ in eager]
+        assert_mjlabs_until_the_first_reset(steps, want, episode, actor=48, exact=True)
+
     # three steps of the 16 reset worlds: the logged episode reward is a mean over those
     assert "Episode_Reward/track_linear_velocity" in graphed_log
     assert MaskedReset.check(env.env) is None
