@@ -195,6 +195,9 @@ def _solved_line(summary: dict[str, Any]) -> str:
     )
     if summary["solved"]:
         return f"yes (threshold {threshold:g}" + (f"; {reached})" if reached else ")")
+    if summary.get("eval_stopped_by"):  # a part of the final evaluation decides nothing
+        stopped = f"not decided: the final evaluation was stopped (threshold {threshold:g}"
+        return stopped + (f"; {reached})" if reached else ")")
     if summary["eval_return_mean"] is None:  # interrupted before the final evaluation
         return f"not evaluated (threshold {threshold:g}" + (f"; {reached})" if reached else ")")
     final = f"the final policy's evaluation is below the threshold {threshold:g}"
@@ -248,4 +251,11 @@ def _report(summary: dict[str, Any], run_dir: Path) -> int:
         print(f"stopped by {summary['stop_reason']} with a checkpoint; continue with:")
         print(f"  {_resume_command(run_dir, summary.get('world_size') or 1)}")
         return 128 + (15 if summary["stop_reason"] == "SIGTERM" else 2)
+    stopped_by = summary.get("eval_stopped_by")
+    if stopped_by:  # training finished; its final evaluation did not
+        print(
+            f"final evaluation stopped by {stopped_by} after {summary['eval_episodes']} finished "
+            "episodes; training had finished (checkpoint.pt is final)"
+        )
+        return 128 + (15 if stopped_by == "SIGTERM" else 2)
     return 0

@@ -30,15 +30,12 @@ from orin_rl.errors import OrinError
 from orin_rl.runners import run_folder, summary
 from orin_rl.runners.checkpointing import rng_state, seed_everything, set_rng_state
 from orin_rl.runners.logger import MetricsLogger
+from orin_rl.runners.progress import PROGRESS_LINE_S
 from orin_rl.runners.signals import StopRequest
 from orin_rl.runners.startup import Phases
 from orin_rl.runners.verdict import Evaluation
 
 log = logging.getLogger(__name__)
-
-PROGRESS_LINE_S = 10.0
-"""With ``progress="lines"``: seconds between two progress log lines (plus the first and last
-iteration)."""
 
 
 def resolve_device(name: str) -> torch.device:
@@ -338,15 +335,12 @@ class Runner(Evaluation, ABC):
         if not self.is_main:
             self.env.close()
             return {}
-        eval_returns = self._final_returns(stop_reason)
+        eval_returns, eval_extra = self._final_evaluation(stop_reason)
+        elapsed += self.final_eval_time_s  # the run's wall time includes its final evaluation
         report = summary.build(
             self, elapsed, start_step, session_time, stop_reason, eval_returns, per_rank
         )
-        if not report["interrupted"]:
-            eval_log = self._eval_log()
-            if eval_log:  # what the task logged in the verdict (mjlab: the tracking error)
-                report["eval_log"] = eval_log
-            report.update(self._gym_eval())
+        report.update(eval_extra)
         report.update(self._summary_extra(session_time))
         summary.write(self.run_dir, report, self.cfg.env.env_id)
         self.env.close()

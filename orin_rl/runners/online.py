@@ -472,14 +472,14 @@ class OnlineRunner(OffPolicyRunner):
         # the supervisor stopped us, or we stopped: last transitions into the buffer
         self._drain()
 
-    def _evaluate(self, seed_offset: int, policy=None, device=None) -> list[float]:
+    def _evaluate(self, seed_offset: int, policy=None, device=None, watch=None) -> list[float]:
         """With the learner on a GPU, the evaluation episodes run a host copy of its policy:
         one small forward per env step on the GPU would cost a launch and a synchronisation
         behind the queued updates, most of the learner's time at 1 kHz (measured on the H200,
         docs/benchmarks/online_h200_phases.md)."""
         if policy is None and self.device.type == "cuda" and not self.eval_on_training_physics:
             policy, device = copy.deepcopy(self.policy).cpu(), torch.device("cpu")
-        return super()._evaluate(seed_offset, policy, device)
+        return super()._evaluate(seed_offset, policy, device, watch)
 
     def _extra_state(self) -> dict[str, Any]:
         return {"online_episodes": self.episodes_done()}

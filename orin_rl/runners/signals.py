@@ -1,5 +1,6 @@
-"""SIGINT/SIGTERM as a flag a training loop checks between steps (the loop then ends on an
-iteration boundary with a checkpoint; a second signal stops at once)."""
+"""SIGINT/SIGTERM as a flag a loop checks between steps (training then ends on an iteration
+boundary with a checkpoint, the final evaluation with the episodes finished so far); a second
+signal stops at once."""
 
 from __future__ import annotations
 
@@ -12,10 +13,16 @@ log = logging.getLogger(__name__)
 
 
 class StopRequest:
-    """Turns SIGINT/SIGTERM into a flag the loop checks between steps."""
+    """Turns SIGINT/SIGTERM into a flag the loop checks between steps.
 
-    def __init__(self) -> None:
+    It answers them even where the process inherited SIGINT ignored (a job a script started
+    with ``&``, where Python installs no KeyboardInterrupt): a Ctrl-C still reaches it there.
+    ``then``: what the loop does on the first signal, for the one warning line.
+    """
+
+    def __init__(self, then: str = "finishing with a checkpoint") -> None:
         self.signum: int | None = None
+        self.then = then
         self._previous: dict[int, Any] = {}
 
     def __enter__(self) -> StopRequest:
@@ -28,7 +35,7 @@ class StopRequest:
         if self.signum is not None:  # second signal: give up immediately
             raise KeyboardInterrupt
         self.signum = signum
-        log.warning("%s received: finishing with a checkpoint", signal.Signals(signum).name)
+        log.warning("%s received: %s", signal.Signals(signum).name, self.then)
 
     def __exit__(self, *exc) -> None:
         for sig, handler in self._previous.items():

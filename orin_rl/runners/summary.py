@@ -26,11 +26,16 @@ def build(
     per_rank: list[float],
 ) -> dict[str, Any]:
     """The summary of ``runner``'s run (``runners.base.Runner``): totals, speed, the verdict's
-    returns, how it ran (device, buffer, graphs, fused, agents, ranks) and power."""
+    returns, how it ran (device, buffer, graphs, fused, agents, ranks) and power.
+
+    ``elapsed`` is the run's wall time, its final evaluation included; a final evaluation a
+    signal stopped (``eval_stopped_by``) gives the returns of the episodes that had finished
+    and decides nothing (``solved`` is false)."""
     cfg = runner.cfg
     interrupted = stop_reason in ("SIGINT", "SIGTERM")
     steps_per_s = (runner.global_step - start_step) / max(session_time, 1e-9)
     mean = statistics.fmean(eval_returns) if eval_returns else None
+    complete = bool(eval_returns) and runner.eval_stopped_by is None
     return {
         "env_id": cfg.env.env_id,
         "algo": cfg.train.algo,
@@ -39,11 +44,13 @@ def build(
         "wall_time_s": round(elapsed, 3),
         "steps_per_s": steps_per_s,
         "eval_time_s": round(runner.eval_time_s, 3),
+        "final_eval_time_s": round(runner.final_eval_time_s, 3),
         "eval_return_mean": mean,
         "eval_return_std": statistics.pstdev(eval_returns) if eval_returns else None,
         "eval_episodes": len(eval_returns),
+        "eval_stopped_by": runner.eval_stopped_by,
         "solved_threshold": runner.threshold,
-        "solved": bool(eval_returns and runner.threshold is not None and mean >= runner.threshold),
+        "solved": complete and runner.threshold is not None and mean >= runner.threshold,
         "solved_at": runner.solved_at,
         "stop_reason": stop_reason,
         "interrupted": interrupted,

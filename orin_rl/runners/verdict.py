@@ -8,15 +8,21 @@ periodic evaluation uses.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import signal
 import statistics
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import torch
+from tqdm.auto import tqdm
 
 from orin_rl import envs
 from orin_rl.runners.evaluate import evaluate, evaluate_agents, evaluate_batch
+from orin_rl.runners.progress import EvalWatch
+from orin_rl.runners.signals import StopRequest
 
 log = logging.getLogger(__name__)
 
@@ -28,12 +34,13 @@ VERDICT_SEED_OFFSET = 2**30
 class Evaluation:
     """Evaluation state and verbs of a runner (mixed into ``runners.base.Runner``).
 
-    Reads the runner's ``cfg``, ``policy``, ``device``, ``env``, ``num_agents``, ``algo``
-    and ``global_step``; owns ``threshold``, ``solved_at``, ``solved_streak``,
-    ``eval_time_s`` and the per-agent returns.
+    Reads the runner's ``cfg``, ``policy``, ``device``, ``env``, ``num_agents``, ``algo``,
+    ``global_step`` and ``progress``; owns ``threshold``, ``solved_at``, ``solved_streak``,
+    ``eval_time_s``, the final evaluation's time and stop, and the per-agent returns.
     """
 
     cfg: Any
+    progress: bool | str
     policy: torch.nn.Module
     device: torch.device
     env: Any
@@ -43,7 +50,7 @@ class Evaluation:
 
     def _init_evaluation(self) -> None:
         cfg = self.cfg
-        self.agent_returns: list[float] | None = None  # final per-agent evaluation
+        self.agent_returns: list[float | None] | None = None  # final per-agent means
         self._eval_envs: Any = None  # the training-physics evaluation batch, made on first use
         self.threshold = (
             cfg.train.solved_threshold
@@ -52,7 +59,9 @@ class Evaluation:
         )
         self.solved_at: dict[str, float] | None = None
         self.solved_streak = 0  # consecutive solved periodic evaluations
-        self.eval_time_s = 0.0  # spent in periodic evaluations by this process
+        self.eval_time_s = 0.0  # spent in evaluations by this process (the final one too)
+        self.final_eval_time_s = 0.0
+        self.eval_stopped_by: str | None = None  # the signal that stopped the final evaluation
         self._verdict_returns: list[float] | None = None  # a passed verdict evaluation
 
     def _periodic_eval(
@@ -94,19 +103,56 @@ class Evaluation:
         self.solved_streak = 0
         return False
 
-    def _final_returns(self, stop_reason: str) -> list[float]:
-        """The verdict's returns: none after a signal; the passed verdict's when the run stopped
-        as solved (same policy); else a fresh verdict evaluation, on episodes the run never saw."""
-        if stop_reason in ("SIGINT", "SIGTERM"):
-            return []
-        if stop_reason == "solved" and self._verdict_returns is not None:
-            return self._verdict_returns
-        return self._evaluate(seed_offset=VERDICT_SEED_OFFSET)
+    def _final_evaluation(self, stop_reason: str) -> tuple[list[float], dict[str, Any]]:
+        """The verdict's returns and what summary.json adds about them (the task's log, the
+        gymnasium check): none after a signal; the passed verdict's when the run stopped as
+        solved (same policy); else a fresh verdict evaluation, on episodes the run never saw.
 
-    def _evaluate(self, seed_offset: int, policy=None, device=None) -> list[float]:
+        The fresh one shows a progress bar and is timed into ``eval_time_s``; SIGINT or SIGTERM
+        stops it between steps, keeping the episodes that had finished (``eval_stopped_by``).
+        """
+        if stop_reason in ("SIGINT", "SIGTERM"):
+            return [], {}
+        started = time.perf_counter()
+        then = "stopping the final evaluation (the episodes finished so far are kept)"
+        with StopRequest(then) as stop:
+            if stop_reason == "solved" and self._verdict_returns is not None:
+                returns = self._verdict_returns
+            else:
+                with self._eval_watch("final evaluation", stop) as watch:
+                    returns = self._evaluate(VERDICT_SEED_OFFSET, watch=watch)
+            eval_log = self._eval_log()  # what the task logged (mjlab: the tracking error)
+            extra: dict[str, Any] = {"eval_log": eval_log} if eval_log else {}
+            if stop.signum is None:
+                extra.update(self._gym_eval(stop))
+        if stop.signum is not None:
+            self.eval_stopped_by = signal.Signals(stop.signum).name
+        self.final_eval_time_s = time.perf_counter() - started
+        self.eval_time_s += self.final_eval_time_s
+        return returns, extra
+
+    @contextlib.contextmanager
+    def _eval_watch(self, what: str, stop: StopRequest) -> Iterator[EvalWatch]:
+        """A watch for one evaluation: ``stop``, and the run's kind of progress (a tqdm bar,
+        log lines or nothing)."""
+        bar = tqdm(
+            desc=f"{self.cfg.env.env_id} {what}",
+            dynamic_ncols=True,
+            disable=self.progress != "bar",
+            leave=False,
+        )
+        lines = f"{self.cfg.env.env_id} {what}" if self.progress == "lines" else None
+        try:
+            yield EvalWatch(bar, stop, lines)
+        finally:
+            bar.close()
+
+    def _evaluate(
+        self, seed_offset: int, policy=None, device=None, watch: EvalWatch | None = None
+    ) -> list[float]:
         """Deterministic-policy returns on episodes seeded from ``seed + seed_offset`` (every
         agent's, one after the other, when there are several); ``policy`` on ``device``
-        instead of the learner's own."""
+        instead of the learner's own; ``watch``: its progress, and a stop."""
         cfg = self.cfg
         policy = self.policy if policy is None else policy
         policy.eval()
@@ -118,13 +164,15 @@ class Evaluation:
                 "max_episode_steps": cfg.env.max_episode_steps,
                 "env_kwargs": cfg.env.kwargs,
                 "wrappers": cfg.env.wrappers,
+                "watch": watch,
             }
             if self.num_agents > 1:
                 per_agent = evaluate_agents(*args, **kwargs)
-                self.agent_returns = [statistics.fmean(r) for r in per_agent]
+                # an agent a stopped evaluation did not reach has no mean
+                self.agent_returns = [statistics.fmean(r) if r else None for r in per_agent]
                 return [x for r in per_agent for x in r]
             if self.eval_on_training_physics:
-                return evaluate_batch(policy, self._eval_env(), kwargs["seed"])
+                return evaluate_batch(policy, self._eval_env(), kwargs["seed"], watch)
             return evaluate(*args, **kwargs)
         finally:
             policy.train()
@@ -149,28 +197,30 @@ class Evaluation:
             )
         return self._eval_envs
 
-    def _gym_eval(self) -> dict[str, Any]:
+    def _gym_eval(self, stop: StopRequest) -> dict[str, Any]:
         """The deployed-physics check of a run on other physics: the same deterministic policy
-        on gymnasium's own (CPU) env."""
+        on gymnasium's own (CPU) env (``stop``: as the final evaluation's)."""
         if not (self.eval_on_training_physics and self.env.gymnasium_twin):
             return {}
         cfg = self.cfg
         self.policy.eval()
         try:
-            returns = evaluate(
-                self.policy,
-                cfg.env.env_id,
-                cfg.train.eval_episodes,
-                seed=cfg.train.seed + VERDICT_SEED_OFFSET,
-                device=self.device,
-                max_episode_steps=cfg.env.max_episode_steps,
-            )
+            with self._eval_watch("gymnasium check", stop) as watch:
+                returns = evaluate(
+                    self.policy,
+                    cfg.env.env_id,
+                    cfg.train.eval_episodes,
+                    seed=cfg.train.seed + VERDICT_SEED_OFFSET,
+                    device=self.device,
+                    max_episode_steps=cfg.env.max_episode_steps,
+                    watch=watch,
+                )
         finally:
             self.policy.train()
         return {
             "eval_physics": self.env.eval_physics,
-            "gym_eval_return_mean": statistics.fmean(returns),
-            "gym_eval_return_std": statistics.pstdev(returns),
+            "gym_eval_return_mean": statistics.fmean(returns) if returns else None,
+            "gym_eval_return_std": statistics.pstdev(returns) if returns else None,
         }
 
     def _eval_log(self) -> dict[str, float]:
@@ -184,6 +234,5 @@ class Evaluation:
         """The agent with the best final evaluation (None for a single agent)."""
         if self.num_agents == 1:
             return None
-        if not self.agent_returns:
-            return 0
-        return max(range(self.num_agents), key=self.agent_returns.__getitem__)
+        scored = [k for k, r in enumerate(self.agent_returns or []) if r is not None]
+        return max(scored, key=self.agent_returns.__getitem__) if scored else 0
