@@ -136,6 +136,16 @@ class VecEnv(ABC):
         """Restore what ``get_state`` returned."""
         raise EnvError(f"{type(self).__name__} cannot restore an environment state")
 
+    def task_state(self) -> dict[str, Any] | None:
+        """What a task's curricula hold (a robot task's step counter, terrain levels), kept in
+        the checkpoint beside ``get_state`` for a backend whose episodes cannot be: a resume
+        with fresh episodes keeps the curricula where they were. None where there is none."""
+        return None
+
+    def load_task_state(self, state: dict[str, Any]) -> None:
+        """Restore what ``task_state`` returned."""
+        raise EnvError(f"{type(self).__name__} keeps no task state")
+
     def observe(self) -> torch.Tensor:
         """The (num_envs, *obs_shape) observation of the current state, without stepping (the
         fused kernels step the state themselves)."""

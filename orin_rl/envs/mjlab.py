@@ -304,6 +304,38 @@ class MjlabVecEnv(VecEnv):
             self.step(zeros)
         self.env.common_step_counter, self.env._sim_step_counter = counters
 
+    def task_state(self) -> dict[str, Any]:
+        """What mjlab's runner keeps for its curricula (the step counter the command ranges
+        follow) and the terrain curriculum's levels and types, on the CPU."""
+        state: dict[str, Any] = {"common_step_counter": int(self.env.common_step_counter)}
+        terrain = getattr(self.env.scene, "terrain", None)
+        if getattr(terrain, "terrain_levels", None) is not None:
+            state["terrain_levels"] = terrain.terrain_levels.cpu().clone()
+            state["terrain_types"] = terrain.terrain_types.cpu().clone()
+        return state
+
+    def load_task_state(self, state: dict[str, Any]) -> None:
+        """The counter back, the step-counter curricula (command ranges) applied at once, the
+        worlds moved to their saved terrain levels (in place: graphs read these tensors); a
+        checkpoint of another number of worlds keeps the counter only."""
+        from orin_rl.envs.mjlab_masked import apply_step_curricula
+
+        env = self.env
+        env.common_step_counter = int(state["common_step_counter"])
+        apply_step_curricula(env)
+        terrain = getattr(env.scene, "terrain", None)
+        levels = state.get("terrain_levels")
+        if levels is None or getattr(terrain, "terrain_levels", None) is None:
+            return
+        if levels.shape != terrain.terrain_levels.shape:
+            log.warning("terrain levels of %d worlds not restored into %d", len(levels),
+                        len(terrain.terrain_levels))  # fmt: skip
+            return
+        terrain.terrain_levels.copy_(levels)
+        terrain.terrain_types.copy_(state["terrain_types"])
+        origins = terrain.terrain_origins[terrain.terrain_levels, terrain.terrain_types]
+        terrain.env_origins.copy_(origins)
+
     def graph_report(self) -> dict[str, Any]:
         """What ran as CUDA graphs (after the capture) and what stayed eager."""
         return self._stepper.describe()

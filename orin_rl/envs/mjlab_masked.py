@@ -175,10 +175,7 @@ class MaskedReset:
         """Python-only work of the reset path (the velocity curricula: the step counter sets
         the commands' ranges) and the device step counter the reset events record."""
         env = self.env
-        cm = env.curriculum_manager
-        for name, cfg in _curricula(cm):
-            if _name(cfg.func) in PYTHON_CURRICULA:
-                cm._curriculum_state[name] = cfg.func(env, self.all_ids, **cfg.params)
+        apply_step_curricula(env, self.all_ids)
         count = env._sim_step_counter // env.cfg.decimation + 1  # at this step's reset
         if count != self._count_seen:  # eager code moved the counter (a warm-up restored it)
             self._count.fill_(count)
@@ -462,6 +459,16 @@ def masked_tail(step: Any, t: float) -> tuple[Any, ...]:
     return (*out, terminal)
 
 
+def apply_step_curricula(env: Any, ids: torch.Tensor | None = None) -> None:
+    """Run the curricula that set Python settings from the step counter (``commands_vel``)."""
+    cm = env.curriculum_manager
+    if ids is None:
+        ids = torch.arange(env.num_envs, device=env.device)
+    for name, cfg in _curricula(cm):
+        if _name(cfg.func) in PYTHON_CURRICULA:
+            cm._curriculum_state[name] = cfg.func(env, ids, **cfg.params)
+
+
 def _tensors(data: Any) -> list[torch.Tensor]:
     """A sensor's data as its tensors: itself, or a dataclass's tensor fields in order."""
     if isinstance(data, torch.Tensor):
@@ -481,4 +488,11 @@ def _number(value: Any) -> Any:
     return value
 
 
-__all__ = ["MaskRefused", "MaskedReset", "RowMask", "masked_mean", "masked_tail"]
+__all__ = [
+    "MaskRefused",
+    "MaskedReset",
+    "RowMask",
+    "apply_step_curricula",
+    "masked_mean",
+    "masked_tail",
+]
