@@ -391,7 +391,7 @@ class Runner(Evaluation, ABC):
         self.time_offset = float(state["time_s"])
         self.solved_at = state.get("solved_at")
         if self.is_main:
-            run_folder.trim_metrics(self.run_dir, self.algo.iteration)
+            run_folder.repair_metrics(self.run_dir, self.algo.iteration)
         self.solved_streak = int(state.get("solved_streak", 0))
         self.episode_window.extend(state.get("episode_window", []))
         env_state = state.get("env_state")

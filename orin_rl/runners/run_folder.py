@@ -19,7 +19,6 @@ from orin_rl import config as config_mod
 from orin_rl.checkpoint import CheckpointError, load_checkpoint, remove_stale_temp_files
 from orin_rl.config import Config
 from orin_rl.errors import OrinError
-from orin_rl.runners.logger import read_metrics
 
 log = logging.getLogger(__name__)
 
@@ -146,12 +145,71 @@ def _check_config_file(run_dir: Path, saved: Config) -> None:
     )
 
 
-def trim_metrics(run_dir: Path, iteration: int) -> None:
-    """Drop records logged after the checkpoint (a crash between the two), then append."""
+def repair_metrics(run_dir: Path, iteration: int) -> None:
+    """Make metrics.jsonl fit to append to before a resume (rank 0).
+
+    Records logged after the checkpoint's ``iteration`` go (a crash between the two: the
+    resumed run logs them again). Lines that are not a JSON record move to
+    ``metrics.jsonl.corrupt``, with one warning naming them: a torn last line (a crash while it
+    was written; appended to, it would have swallowed the next record too) or lines in the
+    middle (an edit, a damaged disk). The file is rewritten only when something changes, then
+    it ends with a newline.
+    """
     path = run_dir / "metrics.jsonl"
-    records = read_metrics(path)
-    kept = [r for r in records if r.get("iteration", 0) <= iteration]
-    if len(kept) != len(records):
-        tmp = path.with_suffix(".jsonl.tmp")
-        tmp.write_text("".join(json.dumps(r) + "\n" for r in kept))
-        os.replace(tmp, path)
+    if not path.is_file():
+        return
+    data = path.read_bytes()
+    lines = data.split(b"\n")
+    if lines[-1] == b"":  # the newline that ends the last record
+        lines.pop()
+    kept: list[bytes] = []
+    corrupt: list[int] = []  # line numbers, from 1
+    dropped = 0  # records after the checkpoint
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        record = _record(line)
+        if record is None:
+            corrupt.append(number)
+        elif record.get("iteration", 0) <= iteration:
+            kept.append(line)
+        else:
+            dropped += 1
+    if not corrupt and not dropped and (not data or data.endswith(b"\n")):
+        return
+    if corrupt:
+        aside = path.with_name(path.name + ".corrupt")
+        with aside.open("ab") as f:
+            f.write(b"".join(lines[n - 1] + b"\n" for n in corrupt))
+        last = max(n for n, line in enumerate(lines, 1) if line.strip())
+        log.warning("%s; moved to %s", _corrupt_lines(path, corrupt, last, lines[last - 1]), aside)
+    tmp = path.with_suffix(".jsonl.tmp")
+    tmp.write_bytes(b"".join(line + b"\n" for line in kept))
+    os.replace(tmp, path)
+
+
+def _record(line: bytes) -> dict[str, Any] | None:
+    """The record a metrics.jsonl line holds, or None where it holds none."""
+    try:
+        record = json.loads(line)
+    except ValueError:  # json's errors and undecodable bytes alike
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def _corrupt_lines(path: Path, corrupt: list[int], last: int, last_line: bytes) -> str:
+    """What the warning says of the ``corrupt`` line numbers of ``path`` (``last``: the number
+    of its last line with text, ``last_line``)."""
+    torn = corrupt[-1] == last  # what a crash mid-write leaves
+    middle = corrupt[:-1] if torn else corrupt
+    parts = []
+    if middle:
+        shown = ", ".join(map(str, middle[:5])) + (" ..." if len(middle) > 5 else "")
+        parts.append(
+            f"{len(middle)} line{'s' if len(middle) > 1 else ''} in the middle not a JSON "
+            f"record (line {shown}: edited, or a damaged disk)"
+        )
+    if torn:
+        start = last_line[:40].decode(errors="replace")
+        parts.append(f"its last line ({last}) cut off mid-write by a crash ({start!r}...)")
+    return f"{path}: " + " and ".join(parts)
