@@ -173,7 +173,7 @@ def _evaluate_gym(
     policy, env, episodes, seed, deterministic, render, video_dir, env_config, env_kwargs
 ) -> EvalResult:
     """Episodes on a gymnasium env (an id made here, or the caller's ``gymnasium.Env``)."""
-    gym_env, env_id = _environment(policy, env, env_config, env_kwargs, render, video_dir)
+    gym_env, env_id = _environment(policy, env, env_config, env_kwargs, render, video_dir, seed)
     try:
         returns, lengths, logs = _episodes(policy, gym_env, episodes, seed, deterministic)
     finally:
@@ -194,7 +194,9 @@ def _video_prefix(env_id: str) -> str:
     return env_id.split(":")[-1].replace("/", "-")
 
 
-def _environment(policy, env, env_config, env_kwargs, render: bool, video_dir) -> tuple[Any, str]:
+def _environment(
+    policy, env, env_config, env_kwargs, render: bool, video_dir, seed: int = 0
+) -> tuple[Any, str]:
     import gymnasium as gym
 
     if isinstance(env, gym.Env):
@@ -217,7 +219,7 @@ def _environment(policy, env, env_config, env_kwargs, render: bool, video_dir) -
             raise EvalError("an mjlab task takes no --render, --video or --env-kwargs here")
         from orin_rl.envs.mjlab import MjlabGymEnv
 
-        return MjlabGymEnv(env_id, env_config), env_id
+        return MjlabGymEnv(env_id, env_config, seed=seed), env_id
     render_mode = None
     if video_dir is not None:
         if importlib.util.find_spec("moviepy") is None:

@@ -28,6 +28,7 @@ import functools
 import logging
 import math
 import os
+import re
 from typing import Any, ClassVar
 
 import gymnasium as gym
@@ -112,6 +113,33 @@ MASKED_ENV = "ORIN_RL_MJLAB_MASKED"
 """``1``: ``--cuda-graphs`` captures the mjlab step's segments (experimental)."""
 
 
+def _build(make: Any, cfg: Any, device: str, env_id: str) -> Any:
+    """mjlab's env; where the first state's contacts overflow the task's per-world contact
+    capacity (``sim.nconmax``: a world dropped on rough terrain) built again with what MuJoCo
+    Warp asked for and a quarter more. A task that cannot be built is one line."""
+    for attempt in (1, 2):
+        try:
+            with _quiet():
+                return make(cfg=cfg, device=device)
+        except Exception as exc:  # a task's own set-up failing (a tracking task's motion file)
+            first = (str(exc).splitlines() or [""])[0][:300]
+            need = re.search(r"nconmax overflow \(nconmax must be >= (\d+)\)", first)
+            if attempt == 1 and need and int(need[1]) > (cfg.sim.nconmax or 0):
+                old, cfg.sim.nconmax = cfg.sim.nconmax, math.ceil(int(need[1]) * 1.25)
+                log.info("%s: %s contacts at the start, over its sim.nconmax %s: built with %d",
+                         env_id, need[1], old, cfg.sim.nconmax)  # fmt: skip
+                continue
+            hint = (
+                "; a tracking task needs its motion file configured in its task package"
+                if "motion" in first.lower() or "Tracking" in env_id
+                else ""
+            )
+            raise EnvError(
+                f"{env_id}: mjlab could not build the task ({type(exc).__name__}: {first}){hint}"
+            ) from None
+    raise AssertionError("the second build returns or raises")
+
+
 class MjlabVecEnv(VecEnv):
     """One mjlab ``ManagerBasedRlEnv`` of ``num_envs`` worlds behind the VecEnv contract."""
 
@@ -148,15 +176,7 @@ class MjlabVecEnv(VecEnv):
         self.cfg = cfg
         self.step_dt = step_dt
         self.max_episode_steps = math.ceil(cfg.episode_length_s / step_dt)
-        try:
-            with _quiet():
-                self.env = ManagerBasedRlEnv(cfg=cfg, device=str(self.device))
-        except Exception as exc:  # a task's own set-up failing (a tracking task's motion file)
-            first = (str(exc).splitlines() or [""])[0][:300]
-            raise EnvError(
-                f"{env_id}: mjlab could not build the task ({type(exc).__name__}: {first}); a "
-                "tracking task needs its motion file configured in its task package"
-            ) from None
+        self.env = _build(ManagerBasedRlEnv, cfg, str(self.device), env_id)
         self._groups = self._observation_groups()
         dims = {name: self.env.observation_manager.group_obs_dim[g] for name, g in self._groups}
         actor_dim, critic_dim = (int(np.prod(dims[k])) for k in ("actor", "critic"))
@@ -406,9 +426,16 @@ class MjlabGymEnv(gym.Env):
     without a seed returns the first observation of the episode the world already began.
     """
 
-    def __init__(self, env_id: str, env_config: dict[str, Any] | None = None, device: str = "cpu"):
+    def __init__(
+        self,
+        env_id: str,
+        env_config: dict[str, Any] | None = None,
+        device: str = "cpu",
+        seed: int = 0,
+    ):
         steps = (env_config or {}).get("max_episode_steps")
-        options = EnvOptions(max_episode_steps=steps, evaluation=True)
+        # seeded at the build: the task's startup events (friction, masses) draw then
+        options = EnvOptions(seed=seed, max_episode_steps=steps, evaluation=True)
         self.vec = MjlabVecEnv(env_id, 1, device, options)
         self._actor = slice(*self.vec.obs_groups["actor"])
         width = self._actor.stop - self._actor.start
@@ -457,7 +484,7 @@ class MjlabDriver:
         env_config: dict[str, Any] | None = None,
         device: str = "cpu",
     ):
-        self.env = MjlabGymEnv(env_id, env_config, device)
+        self.env = MjlabGymEnv(env_id, env_config, device, seed)
         if torch.device(device).type == "cuda":
             self.env.vec.use_graphs()  # a world of one is launch-bound: its step as graphs
         # Warm-up outside the loop's ticks (kernel loads, the graphs' captures, with and

@@ -638,3 +638,43 @@ def test_rebound_tensors_go_back_into_the_tensors_a_graph_holds():
     sensor._hit_pos_w = torch.zeros(1, 3)
     assert not bindings.restore() and bindings.mismatched
     ours.close()
+
+
+def test_one_seed_builds_and_steps_the_same_play_world_twice():
+    """``orin-rl eval``/``run``'s world (issue 41 item 3: eval of one bundle with one seed gave
+    61.55, then 60.70): two builds with one seed step alike, as the task's startup events
+    (friction, masses) draw at the build (mutation: the build unseeded fails)."""
+    from orin_rl.envs.mjlab import MjlabGymEnv
+
+    runs = []
+    for _ in range(2):
+        env = MjlabGymEnv(GO1, {"max_episode_steps": 8}, seed=5)
+        obs, _ = env.reset(seed=5)
+        steps = [env.step(np.full(env.action_space.shape, 0.3, np.float32))[:2] for _ in range(6)]
+        runs.append((obs, [o for o, _ in steps], [r for _, r in steps]))
+        env.close()
+    (obs_a, seen_a, rewards_a), (obs_b, seen_b, rewards_b) = runs
+    assert np.array_equal(obs_a, obs_b) and rewards_a == rewards_b
+    assert all(np.array_equal(a, b) for a, b in zip(seen_a, seen_b, strict=True))
+
+
+def test_a_start_with_more_contacts_than_the_task_allows_is_built_with_room(monkeypatch, caplog):
+    """Issue 41 item 3: a Rough ``run`` exited 2 on MuJoCo Warp's "nconmax overflow (nconmax
+    must be >= 37)" with a hint about tracking tasks' motion files. A task whose per-world
+    contact capacity is under its first state's contacts (Go1 standing: its feet, over a
+    capacity of 1) is built with what MuJoCo Warp asked for and a quarter more, and says so
+    (mutation: no second build fails with the one-line error)."""
+    registry = import_mjlab()
+    load = registry.load_env_cfg
+
+    def tight(task_id, **kwargs):
+        cfg = load(task_id, **kwargs)
+        cfg.sim.nconmax = 1
+        return cfg
+
+    monkeypatch.setattr(registry, "load_env_cfg", tight)
+    with caplog.at_level("INFO", logger="orin_rl.envs.mjlab"):
+        env = MjlabVecEnv(GO1, 1, "cpu", EnvOptions(seed=0))
+    need = env.env.sim.cfg.nconmax
+    env.close()
+    assert need > 1 and f"over its sim.nconmax 1: built with {need}" in caplog.text
