@@ -364,6 +364,7 @@ class Runner(Evaluation, ABC):
             "rng": rng_state(self.device),
             # Exact resume: the environments, the next observation and the stats window.
             "env_state": self.env.get_state(),
+            "task_state": self.env.task_state(),  # curricula, where the episodes are not kept
             "obs": self._obs.cpu() if self._obs is not None else None,
             "episode_window": list(self.episode_window),
             "solved_streak": self.solved_streak,
@@ -407,6 +408,8 @@ class Runner(Evaluation, ABC):
             normalizer = getattr(self.algo, "reward_normalizer", None)
             if normalizer is not None:  # the saved returns belong to the old episodes
                 normalizer.returns.zero_()
+        if state.get("task_state") is not None:  # an older checkpoint has none
+            self.env.load_task_state(state["task_state"])
         set_rng_state(state["rng"], self.device)
         log.info("resumed at step %d (iteration %d)", self.global_step, self.algo.iteration)
 

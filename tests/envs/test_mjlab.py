@@ -475,6 +475,10 @@ def test_the_warm_up_captures_every_segment_with_and_without_resets():
     assert report["captures"]["observations"] == 2 and report["captures"]["terminal"] == 1
 
 
+def _task_state(run) -> dict:
+    return torch.load(run / "checkpoint.pt", weights_only=False)["task_state"]
+
+
 def test_train_export_eval_through_the_cli(tmp_path):
     """A few iterations of Go1 on the CPU: the task's logs in metrics.jsonl, an evaluation on
     the play configuration with the tracking error, a bundle for the actor group only."""
@@ -495,6 +499,12 @@ def test_train_export_eval_through_the_cli(tmp_path):
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert any("Episode_Reward/track_linear_velocity" in r for r in records)
     assert all(r["charts/learning_rate"] > 0 for r in records)
+    # a resume continues the task's curricula (issue 41 item 1: mjlab's step counter restarted)
+    assert _task_state(run)["common_step_counter"] == 16  # 64 steps of 4 worlds
+    resume = [*cmd, "train", "--no-progress", "--resume", str(run), "--total-steps", "96"]
+    proc = subprocess.run(resume, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert _task_state(run)["common_step_counter"] == 24
     proc = subprocess.run([*cmd, "export", str(run)], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     info = json.loads((run / "bundle" / "policy.json").read_text())
