@@ -68,7 +68,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     print(f"return       {mean_return}")
     if "falls" in report and report.get("tracks_velocity", True):  # a locomotion task
         error = report["tracking_error_vel_xy"]
-        tracking = "no episode ended" if error is None else f"{error:.3f} m/s (xy velocity)"
+        tracking = (
+            "no episode ended"
+            if error is None  # mjlab's per-episode value, as eval's (envs/mjlab_episodes.py)
+            else f"{error:.3f} (mjlab's Metrics/twist/error_vel_xy, mean over episodes)"
+        )
         print(f"falls        {report['falls']}; tracking error {tracking}")
     elif "falls" in report:  # another mjlab task: an early end is not a fall
         print(f"terminations {report['falls']} (episodes ended before their time limit)")

@@ -19,7 +19,9 @@ terminations, curricula, events and commands. The adapter only
   them.
 
 Evaluation batches use the task's play configuration (no randomisation), cut at the training
-configuration's episode length (play episodes never time out).
+configuration's episode length (play episodes never time out); their logs count the first
+episode of each world (``mjlab_episodes``): terminations as rates, the command metrics (the
+tracking error) as means over those episodes.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ import torch
 
 from orin_rl.envs.base import EnvError, EnvOptions, StepResult, VecEnv
 from orin_rl.envs.gpu.base import EpisodeStats
+from orin_rl.envs.mjlab_episodes import EpisodeLog
 
 log = logging.getLogger(__name__)
 
@@ -202,6 +205,7 @@ class MjlabVecEnv(VecEnv):
         self._vector_sums: dict[tuple[str, ...], list] = {}  # keys -> [float64 sums, count]
         self._seeded = options.seed is not None
         self._random_start = options.random_episode_start and not options.evaluation
+        self._episode_log = EpisodeLog(self.env) if options.evaluation else None
 
     def _observation_groups(self) -> list[tuple[str, str]]:
         """(role, mjlab group) for the actor and the critic; a task the policy cannot read is
@@ -253,6 +257,8 @@ class MjlabVecEnv(VecEnv):
             lengths = self.env.episode_length_buf
             lengths.copy_(torch.randint_like(lengths, high=int(self.env.max_episode_length)))
         self.stats.restart()
+        if self._episode_log is not None:
+            self._episode_log.restart()
         return self._concat(obs)
 
     def step(self, actions: torch.Tensor) -> StepResult:
@@ -267,6 +273,8 @@ class MjlabVecEnv(VecEnv):
         if self.clip_actions is not None:
             actions = torch.clamp(actions, -self.clip_actions, self.clip_actions)
         self._stepper.terminal_needed = self.final_obs_needed
+        if self._episode_log is not None:
+            self._episode_log.before_step()
         obs, reward, terminated, truncated, extras, terminal = self._stepper.step(actions)
         # mjlab hands out its own buffers, which the next step overwrites: copies.
         reward, terminated, truncated = (
@@ -284,6 +292,8 @@ class MjlabVecEnv(VecEnv):
             )
         self.stats.record(reward, done)
         self._accumulate(extras.get("log", {}), extras.get("log_weight"))
+        if self._episode_log is not None:
+            self._episode_log.after_step(done)
         return StepResult(next_obs, reward, terminated, truncated, final_obs)
 
     def use_graphs(self, masked: bool | None = None) -> dict[str, Any] | None:
@@ -392,7 +402,8 @@ class MjlabVecEnv(VecEnv):
             self._vector_sums[group] = [stacked, count]
 
     def pop_log(self) -> dict[str, float]:
-        """Means of mjlab's logged scalars since the last call, under mjlab's own names."""
+        """Means of mjlab's logged scalars since the last call, under mjlab's own names; an
+        evaluation batch's terminations and command metrics per episode (``EpisodeLog``)."""
         sums: dict[str, float] = dict(self._log_sum)
         counts = dict(self._log_count)
         for group, (total, count) in self._vector_sums.items():
@@ -405,6 +416,9 @@ class MjlabVecEnv(VecEnv):
                 counts[key] = counts.get(key, 0) + count
         out = {k: float(v) / counts[k] for k, v in sums.items()}
         self._log_sum, self._log_count, self._vector_sums = {}, {}, {}
+        if self._episode_log is not None:  # rates and means over episodes, not over steps
+            out = {k: v for k, v in out.items() if k not in self._episode_log.names()}
+            out.update(self._episode_log.pop())
         return out
 
     def pop_episode_stats(self) -> tuple[list[float], list[int]]:

@@ -1,0 +1,77 @@
+"""An evaluation batch's mjlab logs per episode (``orin_rl.envs.mjlab_episodes``): what
+summary.json's ``eval_log`` and ``orin-rl eval`` report (issue 41 item 9)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+if os.environ.get("ORIN_RL_REQUIRE_MJLAB") == "1":  # CI: the mjlab extra must be there
+    import mjlab  # noqa: F401
+else:
+    pytest.importorskip("mjlab", reason="needs the mjlab extra: pip install -e '.[mjlab]'")
+
+from orin_rl.envs.base import EnvOptions
+from orin_rl.envs.mjlab import MjlabVecEnv
+
+GO1 = "Mjlab-Velocity-Flat-Unitree-Go1"
+WORLDS = 4
+LIMIT = 3
+"""Steps per episode: worlds 1-3 time out at steps 3 and 6; world 0, turned over before the
+first step, falls at step 1, then times out at step 4 (its second episode)."""
+TRACKING = "Metrics/twist/error_vel_xy"
+
+
+@pytest.fixture(scope="module")
+def evaluation():
+    """Six steps of a 4-world evaluation batch, world 0 upside down at the start: per step,
+    the done flags and what mjlab itself logged; then the batch's ``pop_log``."""
+    env = MjlabVecEnv(GO1, WORLDS, "cpu", EnvOptions(seed=3, max_episode_steps=LIMIT, evaluation=True))  # fmt: skip
+    env.reset(seed=3)
+    robot = env.env.scene["robot"]
+    pose = robot.data.root_link_pose_w[:1].clone()
+    pose[:, 3:7] = torch.tensor([0.0, 1.0, 0.0, 0.0])  # rolled over: (w, x, y, z)
+    robot.write_root_link_pose_to_sim(pose, torch.tensor([0]))
+    steps = []
+    for _ in range(2 * LIMIT):
+        step = env.step(torch.zeros(WORLDS, env.action_space.shape[0]))
+        mjlabs = {k: float(v) for k, v in env.env.extras["log"].items()}
+        steps.append(((step.terminated | step.truncated).tolist(), mjlabs))
+    logged = env.pop_log()
+    again = env.pop_log()
+    env.close()
+    return steps, logged, again
+
+
+def test_terminations_are_rates_over_the_first_episode_of_each_world(evaluation):
+    """One world of four fell, three timed out: rates 0.25 and 0.75, summing to 1; the
+    second episodes (world 0's time-out at step 4, all at step 6) are not the evaluation's.
+    mjlab's own logs average to 0.25 and 1.75 (counts 1, 3, 1, 3 over four reset steps)."""
+    steps, logged, _ = evaluation
+    dones = [done for done, _ in steps]
+    assert dones[0] == [True, False, False, False]  # the turned-over world fell at once
+    assert dones[2] == [False, True, True, True] and dones[3] == [True, False, False, False]
+    assert steps[0][1]["Episode_Termination/fell_over"] == 1.0  # mjlab: a count of worlds
+    assert steps[2][1]["Episode_Termination/time_out"] == 3.0
+    rates = {k: v for k, v in logged.items() if k.startswith("Episode_Termination/")}
+    assert rates == {"Episode_Termination/fell_over": 0.25, "Episode_Termination/time_out": 0.75}
+    assert sum(rates.values()) == pytest.approx(1.0)
+
+
+def test_the_tracking_error_is_the_mean_over_episodes_of_mjlabs_value(evaluation):
+    """mjlab logs, at a step with resets, the mean of the reset worlds' error_vel_xy: at step
+    1 world 0's, at step 3 that of worlds 1-3. Over the four first episodes, each counted
+    once: (step 1's + 3 x step 3's) / 4 -- not the mean of the four reset steps' logs."""
+    steps, logged, _ = evaluation
+    fell, timed_out = steps[0][1][TRACKING], steps[2][1][TRACKING]
+    assert logged[TRACKING] == pytest.approx((fell + 3 * timed_out) / 4, rel=1e-6)
+    per_step_mean = sum(s[1][TRACKING] for s in steps if TRACKING in s[1]) / 4
+    assert logged[TRACKING] != pytest.approx(per_step_mean, rel=1e-3)
+
+
+def test_a_log_read_counts_the_next_episodes_afresh(evaluation):
+    """Nothing ended since the last read: no termination rates, no tracking error."""
+    _, _, again = evaluation
+    assert not any(k.startswith("Episode_Termination/") or k == TRACKING for k in again)
