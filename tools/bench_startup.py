@@ -11,6 +11,15 @@ so those figures are upper bounds).
 
     python tools/bench_startup.py --name startup_h200            # CUDA: CartPole, fused kernels
     python tools/bench_startup.py --name startup_cpu --device cpu
+
+With ``--tasks``, a new user's first run of each task (its real flags: GPU physics and CUDA
+graphs on CUDA, ``orin_rl.cache_warm.train_command``) to the end of its first iteration:
+``fresh_s`` with every cache empty (bytecode, Numba, fonts, Warp's kernels, inductor), then
+with new empty caches ``orin-rl doctor --warm TASK`` (``warm_s``) and the run again
+(``after_warm_s``). The fresh run goes first, as on a machine just started; the later runs
+find the files in the OS page cache, which favours them by what reading does not cost.
+
+    python tools/bench_startup.py --tasks Humanoid-v5 --name startup_tasks_h200
 """
 
 from __future__ import annotations
@@ -126,13 +135,91 @@ def markdown(r: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+CACHE_VARS = ("PYTHONPYCACHEPREFIX", "NUMBA_CACHE_DIR", "MPLCONFIGDIR", "WARP_CACHE_PATH",
+              "TORCHINDUCTOR_CACHE_DIR")  # fmt: skip
+
+
+def empty_caches(tmp: Path) -> dict:
+    """An environment whose every cache is a new empty folder."""
+    caches = {name: tempfile.mkdtemp(dir=tmp) for name in CACHE_VARS}
+    env = {**os.environ, **caches, "PYTHONPATH": os.pathsep.join(
+        [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}  # fmt: skip
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    return env
+
+
+def first_iteration(task: str, device: str, env: dict, tmp: Path) -> dict:
+    """One run of ``task`` as ``doctor --warm`` runs it: seconds to its first iteration's end."""
+    from orin_rl.cache_warm import train_command
+
+    out = tmp / f"run-{time.monotonic_ns()}"
+    start = time.perf_counter()
+    proc = subprocess.run(train_command(task, device, out), capture_output=True, text=True,
+                          env=env)  # fmt: skip
+    wall = round(time.perf_counter() - start, 2)
+    if proc.returncode != 0:
+        return {"error": proc.stderr.strip().splitlines()[-3:], "process_wall_s": wall}
+    phases = json.loads((out / "summary.json").read_text())["startup"]
+    return {"to_first_iteration_s": phases["total_s"], "process_wall_s": wall,
+            **{k: phases.get(k) for k in PHASES}}  # fmt: skip
+
+
+def task_rows(tasks: list[str], device: str, tmp: Path) -> list[dict]:
+    rows = []
+    for task in tasks:
+        fresh = first_iteration(task, device, empty_caches(tmp), tmp)
+        env = empty_caches(tmp)
+        start = time.perf_counter()
+        warm = subprocess.run([sys.executable, "-m", "orin_rl.cli", "doctor", "--warm", task,
+                               "--device", device], capture_output=True, text=True, env=env)  # fmt: skip
+        warm_s = round(time.perf_counter() - start, 2)
+        after = first_iteration(task, device, env, tmp)
+        rows.append({
+            "task": task,
+            "fresh_s": fresh.get("to_first_iteration_s"),
+            "after_warm_s": after.get("to_first_iteration_s"),
+            "warm_s": warm_s if warm.returncode == 0 else None,
+            "warm_error": None if warm.returncode == 0 else warm.stdout[-500:],
+            "fresh": fresh,
+            "after_warm": after,
+        })  # fmt: skip
+    return rows
+
+
+def tasks_markdown(r: dict) -> str:
+    lines = [f"# First iteration of a new user's first run ({r['machine']})", "",
+             f"`{r['command']}`, {r['date']}, device {r['device']}. Seconds from the process's "
+             "start to the end of its first iteration (summary.json `startup.total_s`).", "",
+             "| task | fresh_s | warm_s (`doctor --warm`) | after_warm_s |", "|---|---|---|---|"]  # fmt: skip
+    for row in r["rows"]:
+        lines.append(f"| {row['task']} | {row['fresh_s']} | {row['warm_s']} | "
+                     f"{row['after_warm_s']} |")  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--steps", type=int, default=4 * 128 * 10)
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks")
     parser.add_argument("--name", default="startup_h200")
+    parser.add_argument("--tasks", help="comma-separated tasks: fresh vs after doctor --warm")
     args = parser.parse_args()
+    if args.tasks:
+        import torch
+
+        with tempfile.TemporaryDirectory() as tmp_dir:
+            rows = task_rows(args.tasks.split(","), args.device, Path(tmp_dir))
+        gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
+        result = {"benchmark": "first_iteration", "date": time.strftime("%Y-%m-%d"),
+                  "machine": f"{gpu}; {platform.machine()}, {os.cpu_count()} CPUs",
+                  "command": "python tools/bench_startup.py " + " ".join(sys.argv[1:]),
+                  "device": args.device, "rows": rows}  # fmt: skip
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / f"{args.name}.json").write_text(json.dumps(result, indent=2) + "\n")
+        (args.out / f"{args.name}.md").write_text(tasks_markdown(result))
+        print(tasks_markdown(result))
+        return
     with tempfile.TemporaryDirectory() as tmp_dir:
         tmp = Path(tmp_dir)
         caches = {name: tempfile.mkdtemp(dir=tmp) for name in

@@ -436,6 +436,17 @@ def _doctor_flags(p: argparse.ArgumentParser) -> None:
     """The flags of `orin-rl doctor`."""
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--selftest", action="store_true", help="build and run tiny TensorRT engines")
+    p.add_argument(
+        "--warm",
+        nargs="*",
+        metavar="TASK",
+        help="fill the kernel and bytecode caches a first training run fills: one iteration of "
+        "each TASK (default: CartPole-v1, and Humanoid-v5 on GPU physics with CUDA and the sim "
+        "extra), in its own process",
+    )
+    p.add_argument(
+        "--device", default="auto", choices=["auto", "cpu", "cuda"], help="--warm's device"
+    )
 
 
 def _demo_flags(p: argparse.ArgumentParser) -> None:
@@ -569,7 +580,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"orin-rl {__version__}")
     parser.add_argument("--debug", action="store_true", help="full tracebacks on errors")
-    parser.add_argument("-q", "--quiet", action="store_true", help="warnings and errors only")
+    chat = parser.add_mutually_exclusive_group()
+    chat.add_argument("-q", "--quiet", action="store_true", help="warnings and errors only")
+    chat.add_argument(
+        "-v", "--verbose", action="store_true", help="debug logs, and known third-party warnings"
+    )
     sub = parser.add_subparsers(dest="command", required=True, title="commands", metavar="COMMAND")
     for name, flags, help_line, description in COMMANDS:
         flags(
