@@ -37,6 +37,8 @@ def main(argv: list[str] | None = None) -> int:
         level=logging.WARNING if args.quiet else logging.INFO,
         format="%(levelname)s %(name)s: %(message)s",
     )
+    if args.verbose:  # orin_rl's debug lines; known third-party noise shown (envs/mjlab_noise)
+        logging.getLogger("orin_rl").setLevel(logging.DEBUG)
     try:
         return COMMANDS[args.command](args)
     except (OrinError, OSError) as exc:  # OSError: full disk, permissions, missing files

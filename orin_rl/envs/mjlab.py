@@ -26,11 +26,14 @@ tracking error) as means over those episodes.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import io
 import logging
 import math
 import os
 import re
+from collections.abc import Iterator
 from typing import Any, ClassVar
 
 import gymnasium as gym
@@ -40,6 +43,7 @@ import torch
 from orin_rl.envs.base import EnvError, EnvOptions, StepResult, VecEnv
 from orin_rl.envs.gpu.base import EpisodeStats
 from orin_rl.envs.mjlab_episodes import EpisodeLog
+from orin_rl.envs.mjlab_noise import init_warp, known_warnings_filtered
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +70,7 @@ def import_mjlab() -> Any:
 
         if not log.isEnabledFor(logging.DEBUG):  # no banner, no per-module compile lines
             wp.config.log_level = wp.LOG_WARNING
+        init_warp()  # now, without its no-driver line on a CPU box (unless -v)
         with _quiet():
             import mjlab.tasks  # noqa: F401  # registers mjlab's own tasks
             from mjlab.tasks import registry
@@ -81,14 +86,15 @@ def import_mjlab() -> Any:
     return registry
 
 
-def _quiet():
-    """mjlab prints its managers' tables and seeds to stdout: into the debug log instead."""
-    import contextlib
-    import io
-
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """mjlab prints its managers' tables and seeds to stdout: into the debug log instead; and
+    the known third-party warnings (``mjlab_noise``) are not shown, unless -v."""
     if log.isEnabledFor(logging.DEBUG):
-        return contextlib.nullcontext()
-    return contextlib.redirect_stdout(io.StringIO())
+        yield
+        return
+    with contextlib.redirect_stdout(io.StringIO()), known_warnings_filtered():
+        yield
 
 
 def task_ids() -> list[str]:
