@@ -114,3 +114,77 @@ def test_custom_env_doc_commands_run_as_written(tmp_path):
     ran = _run_lines(lines, tmp_path)
     assert len(ran) >= 3, ran
     assert (tmp_path / "docs" / "examples" / "runs" / "goal" / "bundle" / "policy.json").is_file()
+
+
+# ---------------------------------------------------------------- mjlab's section (issue 41)
+MJLAB_GO1 = "Mjlab-Velocity-Flat-Unitree-Go1"
+
+
+def _mjlab_bullet(start: str) -> str:
+    """The bullet of README.md's mjlab section that starts with ``start``, on one line."""
+    section = README.read_text().split("### Robot tasks: mjlab", 1)[1].split("\n### ", 1)[0]
+    bullet = section.split(f"- {start}", 1)[1].split("\n- ", 1)[0].split("\n\n", 1)[0]
+    return " ".join(bullet.split())
+
+
+def test_readme_says_where_mjlabs_train_writes_run_onnx():
+    """The command that makes RUN.onnx parses in mjlab's own CLI, and the folder and file the
+    README names are those mjlab's train and runner write."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("mjlab", reason="needs the mjlab extra")
+    from mjlab.rl.runner import MjlabOnPolicyRunner
+    from mjlab.scripts.train import TrainConfig
+
+    from orin_rl.envs.mjlab import rl_config
+
+    text = _mjlab_bullet("Trained with mjlab?")
+    command = re.search(r"`(python -m mjlab\.scripts\.train [^`]+)`", text).group(1)
+    argv = shlex.split(command)
+    assert argv[3] == MJLAB_GO1
+    help_text = subprocess.run(
+        [sys.executable, *argv[1:], "--help"], capture_output=True, text=True, timeout=300
+    )
+    assert help_text.returncode == 0, help_text.stderr[-2000:]
+    assert all(flag in help_text.stdout for flag in argv[4::2]), argv  # --env.scene.num-envs
+    root = TrainConfig.__dataclass_fields__["log_root"].default
+    assert f"`{root}/<experiment>/<date>_<time>/`" in text
+    cfg = rl_config(MJLAB_GO1)
+    assert f"`{root}/{cfg.experiment_name}/`" in text and f"{cfg.save_interval} for Go1" in text
+    run = f"{root}/{cfg.experiment_name}/2026-12-04_10-00-00"
+    folder, name, _ = MjlabOnPolicyRunner._get_export_paths(f"{run}/model_50.pt")
+    assert str(folder) == run and name == "2026-12-04_10-00-00.onnx"
+    assert "`<date>_<time>.onnx`, the folder's own name" in text
+
+
+def test_readme_says_which_commands_take_a_bare_run_onnx():
+    """``run`` and ``eval`` need --env with mjlab's bare file (it names no task); the command
+    lines the README gives parse (tests/export/test_mjlab_onnx.py runs them on a real export)."""
+    from orin_rl.cli.parser import build_parser
+
+    text = _mjlab_bullet("Trained with mjlab?")
+    assert "`run`, `bench` and `build` also take the bare file" not in text  # the old claim
+    assert "the environment is unknown; pass --env ID" in text
+    parser = build_parser()
+    for line in re.findall(r"`((?:bench|run|eval|build) [^`]*RUN\.onnx[^`]*)`", text):
+        args = parser.parse_args(shlex.split(line.replace("TASK", MJLAB_GO1)))
+        if args.command in ("run", "eval"):
+            assert args.env == MJLAB_GO1, line
+
+
+def test_readme_says_how_to_shorten_mjlabs_final_evaluation():
+    """The setting the README names is the config's, with the preset's value, and its
+    ``--set`` lines apply; its timings name their source."""
+    pytest.importorskip("mjlab", reason="needs the mjlab extra")
+    from orin_rl import config as C
+    from orin_rl.presets import mjlab_preset
+
+    text = _mjlab_bullet("The final evaluation")
+    preset = mjlab_preset(MJLAB_GO1, "cpu")["train.eval_episodes"]
+    assert f"`train.eval_episodes` worlds of the play configuration ({preset} in the" in text
+    for setting in re.findall(r"`--set ([^`]+)`", text):
+        C.apply_overrides(C.Config(), [setting.replace("=N", "=200")])
+    assert "docs/benchmarks/mjlab_cpu_eval_times.json" in text
+    timings = json.loads((README.parent / "docs/benchmarks/mjlab_cpu_eval_times.json").read_text())
+    assert f"took {round(timings['final_evaluation']['final_eval_time_s'])} s" in text

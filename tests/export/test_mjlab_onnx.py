@@ -121,3 +121,20 @@ def test_run_bench_and_build_take_the_bare_file(mjlab_export, tmp_path, monkeypa
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "onnxruntime" in proc.stdout and (tmp_path / "bench.json").is_file()
+
+
+def test_run_and_eval_need_the_task_with_the_bare_file(mjlab_export, tmp_path):
+    """mjlab's export names no task: ``run`` and ``eval`` of the bare file ask for --env in one
+    line (README, "Trained with mjlab?")."""
+    path, _ = mjlab_export
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    for argv in (["run", "--model", str(path), "--steps", "5"], ["eval", str(path)]):
+        proc = subprocess.run(
+            [sys.executable, "-m", "orin_rl.cli", "-q", *argv],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env=env,
+        )
+        assert proc.returncode == 2, proc.stderr[-2000:]
+        assert "the environment is unknown; pass --env ID" in proc.stderr, proc.stderr
