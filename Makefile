@@ -28,9 +28,10 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check .
 
 # Two workers (pytest-xdist): the suite fits the 2-core CI box's time; tests that talk over
-# the network use their own ports and DDS domains.
+# the network use their own ports and DDS domains. worksteal: an idle worker takes queued
+# tests from the busy one (the long subprocess tests otherwise leave one core idle at the end).
 test: lint
-	$(PY) -m pytest -q -n 2
+	$(PY) -m pytest -q -n 2 --dist worksteal
 
 format: $(STAMP)
 	$(VENV)/bin/ruff check --fix .
