@@ -474,7 +474,7 @@ def _task_state(run) -> dict:
     return torch.load(run / "checkpoint.pt", weights_only=False)["task_state"]
 
 
-def test_train_export_eval_through_the_cli(tmp_path):
+def test_train_export_eval_through_the_cli(tmp_path, capsys):
     """A few iterations of Go1 on the CPU: the task's logs in metrics.jsonl, an evaluation on
     the play configuration with the tracking error, a bundle for the actor group only."""
     run = tmp_path / "run"
@@ -500,8 +500,10 @@ def test_train_export_eval_through_the_cli(tmp_path):
     proc = subprocess.run(resume, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert _task_state(run)["common_step_counter"] == 24
-    proc = subprocess.run([*cmd, "export", str(run)], capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    # export, run and eval in this process: each subprocess paid mjlab's import again
+    from orin_rl import cli
+
+    assert cli.main(["-q", "export", str(run)]) == 0
     info = json.loads((run / "bundle" / "policy.json").read_text())
     actor_dim = 48  # Go1's actor group; the critic's 72 more values never reach the robot
     assert info["inputs"][0]["shape"][-1] == actor_dim
@@ -513,20 +515,20 @@ def test_train_export_eval_through_the_cli(tmp_path):
     assert deploy["robot"] is None and deploy["precision"] == {"full": True}
     assert "Infinity" not in (run / "bundle" / "policy.json").read_text()  # strict JSON
     report = tmp_path / "run.json"
-    run_cmd = [*cmd, "run", "--model", str(run / "bundle"), "--backend", "onnxruntime",
-           "--rate", "200", "--steps", "30", "--report", str(report)]  # fmt: skip
-    proc = subprocess.run(run_cmd, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "falls" in proc.stdout and "tracking error" in proc.stdout
+    capsys.readouterr()
+    run_cmd = ["-q", "run", "--model", str(run / "bundle"), "--backend", "onnxruntime",
+               "--rate", "200", "--steps", "30", "--report", str(report)]  # fmt: skip
+    assert cli.main(run_cmd) == 0
+    out = capsys.readouterr().out
+    assert "falls" in out and "tracking error" in out, out
     ran = json.loads(report.read_text())
     assert ran["iterations"] == 30 and ran["falls"] >= 0
     assert len(ran["episode_returns"]) == 2  # 30 ticks of 12-step episodes (the bundle's limit)
     assert ran["tracking_error_vel_xy"] is not None
     evaluated = tmp_path / "eval.json"
-    eval_cmd = [*cmd, "eval", str(run / "bundle"), "--episodes", "2", "--report", str(evaluated)]
-    proc = subprocess.run(eval_cmd, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "tracking" in proc.stdout
+    eval_cmd = ["-q", "eval", str(run / "bundle"), "--episodes", "2", "--report", str(evaluated)]
+    assert cli.main(eval_cmd) == 0
+    assert "tracking" in capsys.readouterr().out
     result = json.loads(evaluated.read_text())
     assert result["episodes"] == 2 and result["lengths"] == [12, 12]  # the bundle's time limit
     assert result["task_log"]["Metrics/twist/error_vel_xy"] >= 0
