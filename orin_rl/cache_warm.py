@@ -19,8 +19,6 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from orin_rl import env_backends
-
 GPU_PHYSICS_TASKS = ("Humanoid-v5",)
 """What ``--warm`` without a task warms on a CUDA machine with the sim extra (besides CartPole):
 the GPU-physics task a new user starts with (README)."""
@@ -45,14 +43,16 @@ def default_tasks(device: str) -> list[str]:
 
 
 def train_command(task: str, device: str, out: Path) -> list[str]:
-    """One iteration of ``task`` as its real run takes it on ``device`` (GPU physics and CUDA
-    graphs on CUDA), its evaluation one episode."""
+    """One iteration of ``task`` as its real run takes it on ``device`` (on CUDA: CUDA graphs,
+    and the GPU backend where the id has one), its evaluation one episode."""
     cmd = [sys.executable, "-m", "orin_rl.cli", "-q", "train", "--env", task, "--device", device,
            "--total-steps", "1", "--out", str(out), "--no-progress",
            "--set", "train.eval_episodes=1", "--set", "train.tensorboard=false"]  # fmt: skip
     if device == "cuda":
+        from orin_rl.envs.gpu import gpu_env_ids
+
         cmd.append("--cuda-graphs")
-        if env_backends.for_id(task, "gym") == "gym" and task in GPU_PHYSICS_TASKS:
+        if task in gpu_env_ids():  # the GPU-native or MuJoCo Warp implementation of the id
             cmd += ["--env-backend", "gpu"]
     return cmd
 

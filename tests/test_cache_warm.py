@@ -23,3 +23,19 @@ def test_warm_fills_the_bytecode_a_first_run_loads_and_names_a_failed_task(tmp_p
     assert [line for line in lines if "Nope-v0" in line and "failed:" in line]
     assert "PYTHONPYCACHEPREFIX" in proc.stdout and "WARP_CACHE_PATH" in proc.stdout
     assert list(prefix.rglob("orin_rl/runners/base.*.pyc")), "no runner bytecode cached"
+
+
+def test_warm_runs_a_task_with_the_flags_of_its_real_run(tmp_path):
+    """On CUDA: CUDA graphs, and the GPU backend for an id that has one (a MuJoCo Warp task, a
+    GPU-native classic one), not for an mjlab task (its own backend); on the CPU neither
+    (mutation: no --env-backend gpu warms gymnasium's CPU physics instead of MuJoCo Warp's)."""
+    from orin_rl.cache_warm import train_command
+
+    def flags(task, device):
+        cmd = train_command(task, device, tmp_path / "run")
+        return [a for a in cmd if a in ("--cuda-graphs", "--env-backend", "gpu")]
+
+    assert flags("Humanoid-v5", "cuda") == ["--cuda-graphs", "--env-backend", "gpu"]
+    assert flags("CartPole-v1", "cuda") == ["--cuda-graphs", "--env-backend", "gpu"]
+    assert flags("Mjlab-Velocity-Flat-Unitree-Go1", "cuda") == ["--cuda-graphs"]
+    assert flags("Humanoid-v5", "cpu") == []
