@@ -127,6 +127,10 @@ class PPOConfig:
     logs why not otherwise and falls back to the general path if they fail to compile; ``on``
     demands them (an error names what is missing; on a CPU box in Numba's CUDA simulator);
     ``off`` keeps the general path (docs/fused.md)."""
+    graph_update: Literal["auto", "off"] = "auto"
+    """The update (all epochs and minibatches) as one CUDA graph per rollout buffer on a CUDA
+    learner whose envs step on the host (runners.graphs.GraphedUpdate): ``auto`` wherever it
+    applies (the log says why not), ``off`` launches every op from Python."""
     compile_update: bool = False
     """``torch.compile`` the update's minibatch loss (forward, losses, backward) as one graph:
     the kernels around the matmuls fuse. Compile time at the first update, for big minibatches

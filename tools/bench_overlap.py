@@ -56,16 +56,18 @@ def env_only(task: str, num_envs: int, vectorization: str, steps: int, seed: int
     return num_envs * steps / wall
 
 
-def train(task: str, args, overlap: bool, work: Path) -> dict:
-    """One ``orin-rl train`` run; its speed, wall to the threshold and final evaluation."""
-    out = work / f"{'overlap' if overlap else 'sync'}-{task}"
+def train(task: str, args, overlap: bool, work: Path, eager_update: bool = False) -> dict:
+    """One ``orin-rl train`` run; its speed, wall to the threshold and final evaluation
+    (``eager_update``: with ``ppo.graph_update=off``, the update launched op by op)."""
+    out = work / f"{'overlap' if overlap else 'sync'}{'-eager' if eager_update else ''}-{task}"
     vectorization = args.overlap_vectorization if overlap else args.vectorization
     cmd = [sys.executable, "-m", "orin_rl.cli", "-q", "train", "--no-progress", "--env", task,
            "--device", args.device, "--num-envs", str(args.num_envs), "--vectorization",
            vectorization, "--total-steps", str(args.total_steps), "--seed", str(args.seed),
-           "--out", str(out), "--set", "train.stop_at_threshold=false",
+           "--out", str(out), "--overwrite", "--set", "train.stop_at_threshold=false",
            "--set", f"train.eval_every={args.eval_every}",
-           *(["--overlap"] if overlap else [])]  # fmt: skip
+           *(["--overlap"] if overlap else []),
+           *(["--set", "ppo.graph_update=off"] if eager_update else [])]  # fmt: skip
     started = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True)
     wall = time.perf_counter() - started
@@ -82,7 +84,17 @@ def train(task: str, args, overlap: bool, work: Path) -> dict:
         None,
     )  # fmt: skip
     train_s = summary["wall_time_s"] - summary["eval_time_s"]
+    # The profile of an iteration after the first (which warms up and captures): mean seconds
+    # of the update, of the learner's wait for the workers, of the synchronous rollout.
+    profile = {}
+    for key in ("perf/update_s", "perf/rollout_wait_s", "perf/rollout_s"):
+        values = [r[key] for r in records[1:] if key in r]
+        if values:
+            profile[key.split("/")[1].removesuffix("_s") + "_s_mean"] = round(
+                sum(values) / len(values), 5
+            )
     return {
+        **profile,
         "steps_per_s": summary["total_steps"] / train_s if train_s > 0 else None,
         "wall_to_threshold_s": reached,
         "final_eval": summary["eval_return_mean"],
@@ -106,6 +118,11 @@ def main() -> None:
     p.add_argument("--threshold", type=float, help="evaluation return counted as reached")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--device", default="cuda")
+    p.add_argument(
+        "--compare-eager-update",
+        action="store_true",
+        help="also the overlapped run with ppo.graph_update=off (the baseline)",
+    )
     p.add_argument("--work", type=Path, default=Path("/tmp/bench_overlap"))
     p.add_argument("--out", type=Path, default=ROOT / "docs/benchmarks/overlap_h200")
     args = p.parse_args()
@@ -115,11 +132,22 @@ def main() -> None:
         row = {"task": task, "num_envs": args.num_envs,
                "env_only_steps_per_s": env_only(task, args.num_envs, args.vectorization,
                                                 args.env_only_steps, args.seed)}  # fmt: skip
-        for name, overlap in (("sync", False), ("overlap", True)):
-            result = train(task, args, overlap, args.work)
+        runs = [("sync", False, False), ("overlap", True, False)]
+        if args.compare_eager_update:
+            runs.append(("overlap_eager_update", True, True))
+        for name, overlap, eager_update in runs:
+            result = train(task, args, overlap, args.work, eager_update)
             row.update({f"{name}_{k}": v for k, v in result.items()})
         row["overlap_vs_env_only"] = row["overlap_steps_per_s"] / row["env_only_steps_per_s"]
         row["overlap_vs_sync"] = row["overlap_steps_per_s"] / row["sync_steps_per_s"]
+        if row["sync_wall_to_threshold_s"] and row["overlap_wall_to_threshold_s"]:
+            row["overlap_vs_sync_wall_to_threshold"] = (
+                row["overlap_wall_to_threshold_s"] / row["sync_wall_to_threshold_s"]
+            )
+        if args.compare_eager_update:
+            row["graph_vs_eager_update"] = (
+                row["overlap_steps_per_s"] / row["overlap_eager_update_steps_per_s"]
+            )
         print(json.dumps(row), flush=True)
         rows.append(row)
     write(rows, args)
@@ -143,7 +171,11 @@ def write(rows: list[dict], args) -> None:
     )
     cols = ["task", "num_envs", "env_only_steps_per_s", "sync_steps_per_s", "overlap_steps_per_s",
             "overlap_vs_env_only", "overlap_vs_sync", "sync_wall_to_threshold_s",
-            "overlap_wall_to_threshold_s", "sync_final_eval", "overlap_final_eval"]  # fmt: skip
+            "overlap_wall_to_threshold_s", "overlap_vs_sync_wall_to_threshold",
+            "sync_final_eval", "overlap_final_eval", "sync_update_s_mean", "sync_rollout_s_mean",
+            "overlap_update_s_mean", "overlap_rollout_wait_s_mean",
+            "overlap_eager_update_steps_per_s", "overlap_eager_update_update_s_mean",
+            "graph_vs_eager_update"]  # fmt: skip
 
     def fmt(v):
         if isinstance(v, float):

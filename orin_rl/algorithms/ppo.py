@@ -127,6 +127,8 @@ class PPO:
                 self.minibatch_losses, backend=self.compile_backend, fullgraph=True, dynamic=False
             )
             compile_in_process()
+        self.graphed_update: Any = None
+        """Runs ``update_steps`` as a CUDA graph where set (runners.graphs.GraphedUpdate)."""
         self.value_all_final_obs = False
         """Value every final observation and select (no boolean indexing), even on the CPU."""
         self.reward_normalizer = (
@@ -228,7 +230,7 @@ class PPO:
     def update(self) -> dict[str, float]:
         """Epochs of minibatch gradient steps on the rollout; returns mean losses."""
         lr = self.set_learning_rate()
-        num_updates, epochs_done = self.update_steps()
+        num_updates, epochs_done = (self.graphed_update or self.update_steps)()
         return self.finish_update(num_updates, epochs_done, lr)
 
     def set_learning_rate(self) -> float:
@@ -370,6 +372,8 @@ class PPO:
         """Restore what ``state_dict`` saved."""
         self.policy.load_state_dict(state["policy"])
         self.optimizer.load_state_dict(state["optimizer"])
+        if self.graphed_update is not None:  # its graphs read the replaced moments
+            self.graphed_update.reset()
         if self.capturable or self.cfg.desired_kl is not None:  # keep it a device tensor
             for group in self.optimizer.param_groups:
                 group["lr"] = torch.as_tensor(group["lr"], device=self.device).clone()

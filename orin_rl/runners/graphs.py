@@ -109,3 +109,88 @@ class GraphedCall:
         """Run the captured call; returns (None, gradient steps, epochs)."""
         self.graph.replay()
         return None, self.num_updates, self.epochs
+
+
+def update_graph_blocker(cfg: Any, device: torch.device, whole_iteration: bool,
+                         distributed: bool) -> str | None:  # fmt: skip
+    """Why the update cannot be one CUDA graph (None: it can; ``ppo.graph_update``)."""
+    checks = [
+        (cfg.ppo.graph_update == "off", "ppo.graph_update=off"),
+        (device.type != "cuda", "the learner is not on a CUDA device"),
+        (whole_iteration, "the whole iteration is one graph already (train.cuda_graphs)"),
+        (cfg.ppo.target_kl is not None, "ppo.target_kl reads the device after every epoch"),
+        (cfg.train.precision == "fp16", "fp16's gradient scaler"),
+        (distributed, "a distributed run (its collectives)"),
+    ]  # fmt: skip
+    return next((reason for failed, reason in checks if failed), None)
+
+
+class GraphedUpdate:
+    """PPO's update (every epoch and minibatch: gathers, forward, backward, clipping, Adam) as
+    one CUDA graph per rollout buffer, for a CUDA learner whose envs step on the host.
+
+    A small policy's minibatch step is a hundred-odd kernels of microseconds each; launched
+    from Python they cost milliseconds (Hopper on the H200: ~5 ms a step, 320 steps an update,
+    docs/benchmarks/overlap_h200_hopper_cpu.md). Replayed, the update is one launch. The first
+    update runs eagerly on a side stream (torch's recipe: it creates the optimizer state and
+    warms cuBLAS up); each later update on a buffer without a graph captures one and replays
+    it (a capture records and runs nothing). A graph reads its buffer's storage: the
+    overlapped paths' two buffers get a graph each. A capture that fails leaves the run eager.
+
+    Called as ``algo.update_steps`` is: returns (gradient steps, epochs); the loss sums are in
+    the algorithm's device tensor, read by ``finish_update``.
+    """
+
+    def __init__(self, algo: Any):
+        self.algo = algo
+        self.graphs: dict[tuple[int, int], tuple[torch.cuda.CUDAGraph, int, int]] = {}
+        self.warmed = False
+        self.failed: str | None = None
+        """Why the update runs eagerly after a failed capture (None while graphed)."""
+
+    def reset(self) -> None:
+        """Forget the graphs (they read the optimizer state a checkpoint load replaced)."""
+        self.graphs.clear()
+
+    def __call__(self) -> tuple[int, int]:
+        algo = self.algo
+        if self.failed is not None:
+            return algo.update_steps()
+        if not self.warmed:
+            return self._warm_up()
+        buffer = algo.buffer
+        key = (id(buffer), buffer.obs.data_ptr())
+        entry = self.graphs.get(key)
+        if entry is None:
+            entry = self._capture(key)
+            if entry is None:
+                return algo.update_steps()
+        graph, num_updates, epochs = entry
+        graph.replay()
+        return num_updates, epochs
+
+    def _warm_up(self) -> tuple[int, int]:
+        device = self.algo.device
+        side = torch.cuda.Stream(device)
+        side.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(side):
+            out = self.algo.update_steps()
+        torch.cuda.current_stream(device).wait_stream(side)
+        self.warmed = True
+        return out
+
+    def _capture(self, key: tuple[int, int]) -> tuple[torch.cuda.CUDAGraph, int, int] | None:
+        graph = torch.cuda.CUDAGraph()
+        torch.cuda.synchronize(self.algo.device)
+        try:
+            # thread_local: a collector thread (runners.overlap) may sync its own stream meanwhile
+            with capture(graph, capture_error_mode="thread_local"):
+                num_updates, epochs = self.algo.update_steps()
+        except Exception as exc:  # stay correct: an eager update is slower, not wrong
+            self.failed = f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:200]}"
+            log.warning("CUDA graph capture of the update failed (%s); updating eagerly",
+                        self.failed)  # fmt: skip
+            return None
+        self.graphs[key] = (graph, num_updates, epochs)
+        log.info("captured the PPO update in a CUDA graph (%d gradient steps)", num_updates)
+        return self.graphs[key]

@@ -27,7 +27,14 @@ from orin_rl.models import ActorCritic, PolicySpec
 from orin_rl.models.batched import BatchedActorCritic
 from orin_rl.runners.base import Runner
 from orin_rl.runners.checkpointing import rng_state, set_rng_state
-from orin_rl.runners.graphs import GraphedCall, GraphedIteration, graph_blocker, nvtx_range
+from orin_rl.runners.graphs import (
+    GraphedCall,
+    GraphedIteration,
+    GraphedUpdate,
+    graph_blocker,
+    nvtx_range,
+    update_graph_blocker,
+)
 from orin_rl.runners.overlap import OverlappedRollouts, OverlappedWorkers, overlap_blocker
 from orin_rl.runners.worker_rollouts import WorkerRollouts
 from orin_rl.runners.worker_rollouts import blocker as worker_rollouts_blocker
@@ -87,13 +94,20 @@ class OnPolicyRunner(Runner):
             elif self.env.has_own_graphs:  # an mjlab world on Warp's CPU device, or graphs off
                 where = "CPU" if self.env.device.type != "cuda" else "GPU, ORIN_RL_MJLAB_GRAPHS=0"
                 log.warning("CUDA graphs off: the mjlab world steps eagerly (%s)", where)
+        update_blocker = update_graph_blocker(cfg, self.device, self.use_graphs, self.dist.enabled)
         args = (self.policy, self.buffer, cfg.ppo, self.num_iterations, self.device)
-        options = {"precision": cfg.train.precision, "capturable": self.use_graphs}
+        capturable = self.use_graphs or update_blocker is None
+        options = {"precision": cfg.train.precision, "capturable": capturable}
         if self.num_agents > 1:
             self.algo: Any = MultiAgentPPO(*args, **options)
         else:
             self.algo = PPO(*args, **options, dist_ctx=self.dist)
         self._make_fused()
+        if update_blocker is None and self.fused is None:
+            self.algo.graphed_update = GraphedUpdate(self.algo)
+            log.info("the update runs as a CUDA graph (ppo.graph_update=off launches it op by op)")
+        elif self.device.type == "cuda" and not self.use_graphs and self.fused is None:
+            log.info("the update launches op by op: %s", update_blocker)
         self._make_obs_into_buffer()
         self.worker_rollouts: WorkerRollouts | None = None
         if getattr(self.env, "runs_programs", False):
