@@ -123,6 +123,8 @@ def main() -> None:
         action="store_true",
         help="also the overlapped run with ppo.graph_update=off (the baseline)",
     )
+    p.add_argument("--append", action="store_true",
+                   help="keep the rows of other tasks already in --out's JSON")
     p.add_argument("--work", type=Path, default=Path("/tmp/bench_overlap"))
     p.add_argument("--out", type=Path, default=ROOT / "docs/benchmarks/overlap_h200")
     args = p.parse_args()
@@ -166,6 +168,12 @@ def write(rows: list[dict], args) -> None:
         "date": time.strftime("%Y-%m-%d"),
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
+    previous = args.out.with_suffix(".json")
+    if args.append and previous.exists():  # keep the other tasks' rows (one call per task)
+        done = {r["task"] for r in rows}
+        old = json.loads(previous.read_text())
+        rows[:0] = [r for r in old["rows"] if r["task"] not in done]
+        meta["earlier_rows"] = [*old["meta"].get("earlier_rows", []), old["meta"]["command"]]
     args.out.with_suffix(".json").write_text(
         json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n"
     )
@@ -186,6 +194,7 @@ def write(rows: list[dict], args) -> None:
              f"{meta['machine']}. `{meta['command']}`", "",
              "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]  # fmt: skip
     lines += ["| " + " | ".join(fmt(r.get(c)) for c in cols) + " |" for r in rows]
+    lines += [f"\nEarlier rows: `{c}`" for c in meta.get("earlier_rows", [])]
     args.out.with_suffix(".md").write_text("\n".join(lines) + "\n")
 
 

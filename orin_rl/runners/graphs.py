@@ -152,14 +152,24 @@ class GraphedUpdate:
         """Forget the graphs (they read the optimizer state a checkpoint load replaced)."""
         self.graphs.clear()
 
+    def _key(self) -> tuple[int, int]:
+        buffer = self.algo.buffer
+        return (id(buffer), buffer.obs.data_ptr())
+
+    def prepare(self) -> None:
+        """Capture now the graph the next call would capture. A capture puts the default CUDA
+        generator in capture mode for every thread: the overlapped collector thread, which
+        samples actions from it, must not run beside one (``runners.overlap``)."""
+        if self.failed is None and self.warmed and self._key() not in self.graphs:
+            self._capture(self._key())
+
     def __call__(self) -> tuple[int, int]:
         algo = self.algo
         if self.failed is not None:
             return algo.update_steps()
         if not self.warmed:
             return self._warm_up()
-        buffer = algo.buffer
-        key = (id(buffer), buffer.obs.data_ptr())
+        key = self._key()
         entry = self.graphs.get(key)
         if entry is None:
             entry = self._capture(key)

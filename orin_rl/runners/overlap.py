@@ -116,6 +116,8 @@ class OverlappedRollouts:
         self.collector.buffer = self.spare
         self.learner.buffer = filled  # the storage the collector wrote: no copy
         last = self.learner.iteration + 1 >= self.runner.num_iterations
+        if self.learner.graphed_update is not None:  # no capture beside the collector
+            self.learner.graphed_update.prepare()
         future = None
         if not last:  # the run's last update: no rollout after it to collect
             self._wait_for_weights()
