@@ -123,8 +123,9 @@ def main() -> None:
         action="store_true",
         help="also the overlapped run with ppo.graph_update=off (the baseline)",
     )
-    p.add_argument("--append", action="store_true",
-                   help="keep the rows of other tasks already in --out's JSON")
+    p.add_argument(
+        "--append", action="store_true", help="keep the rows of other tasks already in --out's JSON"
+    )
     p.add_argument("--work", type=Path, default=Path("/tmp/bench_overlap"))
     p.add_argument("--out", type=Path, default=ROOT / "docs/benchmarks/overlap_h200")
     args = p.parse_args()
