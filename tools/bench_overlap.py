@@ -140,6 +140,7 @@ def main() -> None:
             runs.append(("overlap_eager_update", True, True))
         for name, overlap, eager_update in runs:
             result = train(task, args, overlap, args.work, eager_update)
+            print(json.dumps({"task": task, "run": name, **result}), flush=True)  # as it ends
             row.update({f"{name}_{k}": v for k, v in result.items()})
         row["overlap_vs_env_only"] = row["overlap_steps_per_s"] / row["env_only_steps_per_s"]
         row["overlap_vs_sync"] = row["overlap_steps_per_s"] / row["sync_steps_per_s"]
