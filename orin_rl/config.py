@@ -128,13 +128,11 @@ class PPOConfig:
     demands them (an error names what is missing; on a CPU box in Numba's CUDA simulator);
     ``off`` keeps the general path (docs/fused.md)."""
     graph_update: Literal["auto", "off"] = "auto"
-    """The update (all epochs and minibatches) as one CUDA graph per rollout buffer on a CUDA
-    learner whose envs step on the host (runners.graphs.GraphedUpdate): ``auto`` wherever it
-    applies (the log says why not), ``off`` launches every op from Python."""
+    """The update as one CUDA graph per rollout buffer (a CUDA learner, envs on the host:
+    runners.graphs.GraphedUpdate); ``auto`` wherever it applies, ``off`` op by op."""
     compile_update: bool = False
-    """``torch.compile`` the update's minibatch loss (forward, losses, backward) as one graph:
-    the kernels around the matmuls fuse. Compile time at the first update, for big minibatches
-    (thousands of envs: docs/fused.md). fp32 only; the rollout (fused or not) is unchanged."""
+    """``torch.compile`` the update's minibatch loss (forward, losses, backward): fused kernels
+    for a compile at the first update (docs/fused.md, tools/bench_update.py). fp32 only."""
 
 
 @dataclass
