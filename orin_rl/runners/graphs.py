@@ -111,12 +111,16 @@ class GraphedCall:
         return None, self.num_updates, self.epochs
 
 
-def update_graph_blocker(cfg: Any, device: torch.device, whole_iteration: bool,
+def update_graph_blocker(cfg: Any, env: Any, device: torch.device, whole_iteration: bool,
                          distributed: bool) -> str | None:  # fmt: skip
-    """Why the update cannot be one CUDA graph (None: it can; ``ppo.graph_update``)."""
+    """Why the update cannot be one CUDA graph (None: it can; ``ppo.graph_update``). Envs on
+    the GPU are left out: ``train.cuda_graphs`` graphs their whole iteration, and the mjlab and
+    MuJoCo Warp runs have not been checked with the update graphed on its own."""
+    on_gpu = getattr(env, "graph_safe", False) or getattr(env, "has_own_graphs", False)
     checks = [
         (cfg.ppo.graph_update == "off", "ppo.graph_update=off"),
         (device.type != "cuda", "the learner is not on a CUDA device"),
+        (on_gpu, "the envs step on the GPU (train.cuda_graphs graphs the whole iteration)"),
         (whole_iteration, "the whole iteration is one graph already (train.cuda_graphs)"),
         (cfg.ppo.target_kl is not None, "ppo.target_kl reads the device after every epoch"),
         (cfg.train.precision == "fp16", "fp16's gradient scaler"),
