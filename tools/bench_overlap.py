@@ -56,14 +56,16 @@ def env_only(task: str, num_envs: int, vectorization: str, steps: int, seed: int
     return num_envs * steps / wall
 
 
-def train(task: str, args, overlap: bool, work: Path, eager_update: bool = False) -> dict:
-    """One ``orin-rl train`` run; its speed, wall to the threshold and final evaluation
-    (``eager_update``: with ``ppo.graph_update=off``, the update launched op by op)."""
-    out = work / f"{'overlap' if overlap else 'sync'}{'-eager' if eager_update else ''}-{task}"
+def train(task: str, args, overlap: bool, work: Path, seed: int, eager_update: bool = False
+          ) -> dict:  # fmt: skip
+    """One ``orin-rl train`` run; its speed, wall (and steps) to the threshold and final
+    evaluation (``eager_update``: with ``ppo.graph_update=off``, the update op by op)."""
+    name = f"{'overlap' if overlap else 'sync'}{'-eager' if eager_update else ''}-{task}-{seed}"
+    out = work / name
     vectorization = args.overlap_vectorization if overlap else args.vectorization
     cmd = [sys.executable, "-m", "orin_rl.cli", "-q", "train", "--no-progress", "--env", task,
            "--device", args.device, "--num-envs", str(args.num_envs), "--vectorization",
-           vectorization, "--total-steps", str(args.total_steps), "--seed", str(args.seed),
+           vectorization, "--total-steps", str(args.total_steps), "--seed", str(seed),
            "--out", str(out), "--overwrite", "--set", "train.stop_at_threshold=false",
            "--set", f"train.eval_every={args.eval_every}",
            *(["--overlap"] if overlap else []),
@@ -79,9 +81,9 @@ def train(task: str, args, overlap: bool, work: Path, eager_update: bool = False
     records = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines() if x]
     threshold = args.threshold or THRESHOLDS.get(task)
     reached = next(
-        (r["time_s"] for r in records
+        (r for r in records
          if threshold is not None and r.get("eval/return_mean", -1e30) >= threshold),
-        None,
+        {},
     )  # fmt: skip
     train_s = summary["wall_time_s"] - summary["eval_time_s"]
     # The profile of an iteration after the first (which warms up and captures): mean seconds
@@ -96,7 +98,8 @@ def train(task: str, args, overlap: bool, work: Path, eager_update: bool = False
     return {
         **profile,
         "steps_per_s": summary["total_steps"] / train_s if train_s > 0 else None,
-        "wall_to_threshold_s": reached,
+        "wall_to_threshold_s": reached.get("time_s"),
+        "steps_to_threshold": reached.get("global_step"),
         "final_eval": summary["eval_return_mean"],
         "process_wall_s": round(wall, 2),
     }
@@ -116,7 +119,7 @@ def main() -> None:
     p.add_argument("--eval-every", type=int, default=10)
     p.add_argument("--env-only-steps", type=int, default=300)
     p.add_argument("--threshold", type=float, help="evaluation return counted as reached")
-    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--seeds", default="1", help="comma-separated: a row per task and seed")
     p.add_argument("--device", default="cuda")
     p.add_argument(
         "--compare-eager-update",
@@ -131,16 +134,18 @@ def main() -> None:
     args = p.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
     rows = []
-    for task in args.tasks.split(","):
-        row = {"task": task, "num_envs": args.num_envs,
-               "env_only_steps_per_s": env_only(task, args.num_envs, args.vectorization,
-                                                args.env_only_steps, args.seed)}  # fmt: skip
+    seeds = [int(s) for s in args.seeds.split(",")]
+    for task, seed in ((t, s) for t in args.tasks.split(",") for s in seeds):
+        if seed == seeds[0]:  # the envs alone: once a task
+            alone = env_only(task, args.num_envs, args.vectorization, args.env_only_steps, seed)
+        row = {"task": task, "seed": seed, "num_envs": args.num_envs,
+               "env_only_steps_per_s": alone}  # fmt: skip
         runs = [("sync", False, False), ("overlap", True, False)]
         if args.compare_eager_update:
             runs.append(("overlap_eager_update", True, True))
         for name, overlap, eager_update in runs:
-            result = train(task, args, overlap, args.work, eager_update)
-            print(json.dumps({"task": task, "run": name, **result}), flush=True)  # as it ends
+            result = train(task, args, overlap, args.work, seed, eager_update)
+            print(json.dumps({"task": task, "seed": seed, "run": name, **result}), flush=True)
             row.update({f"{name}_{k}": v for k, v in result.items()})
         row["overlap_vs_env_only"] = row["overlap_steps_per_s"] / row["env_only_steps_per_s"]
         row["overlap_vs_sync"] = row["overlap_steps_per_s"] / row["sync_steps_per_s"]
@@ -172,16 +177,17 @@ def write(rows: list[dict], args) -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     previous = args.out.with_suffix(".json")
     if args.append and previous.exists():  # keep the other tasks' rows (one call per task)
-        done = {r["task"] for r in rows}
+        done = {(r["task"], r.get("seed", 1)) for r in rows}
         old = json.loads(previous.read_text())
-        rows[:0] = [r for r in old["rows"] if r["task"] not in done]
+        rows[:0] = [r for r in old["rows"] if (r["task"], r.get("seed", 1)) not in done]
         meta["earlier_rows"] = [*old["meta"].get("earlier_rows", []), old["meta"]["command"]]
     args.out.with_suffix(".json").write_text(
         json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n"
     )
-    cols = ["task", "num_envs", "env_only_steps_per_s", "sync_steps_per_s", "overlap_steps_per_s",
+    cols = ["task", "seed", "num_envs", "env_only_steps_per_s", "sync_steps_per_s", "overlap_steps_per_s",
             "overlap_vs_env_only", "overlap_vs_sync", "sync_wall_to_threshold_s",
             "overlap_wall_to_threshold_s", "overlap_vs_sync_wall_to_threshold",
+            "sync_steps_to_threshold", "overlap_steps_to_threshold",
             "sync_final_eval", "overlap_final_eval", "sync_update_s_mean", "sync_rollout_s_mean",
             "overlap_update_s_mean", "overlap_rollout_wait_s_mean",
             "overlap_eager_update_steps_per_s", "overlap_eager_update_update_s_mean",
