@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -113,12 +111,10 @@ def main() -> None:
 
 
 def write(rows: list[dict], args) -> None:
-    import torch
+    from train_bench_common import machine_line
 
     meta = {
-        "machine": f"{platform.machine()}, {os.cpu_count()} CPU cores, Python "
-        f"{platform.python_version()}, torch {torch.__version__}"
-        + (f", {torch.cuda.get_device_name(0)}" if torch.cuda.is_available() else ""),
+        "machine": machine_line(),
         "command": "python tools/bench_update.py " + " ".join(sys.argv[1:]),
         "date": time.strftime("%Y-%m-%d"),
         "shape": {k: getattr(args, k) for k in SHAPE},

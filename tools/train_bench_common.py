@@ -1,8 +1,11 @@
-"""What the CPU training benchmarks against Stable-Baselines3 share (``bench_train.py`` and
-``bench_train_offpolicy.py``): the peer virtual environment SB3 runs in."""
+"""What training benchmarks share: the peer virtual environment Stable-Baselines3 runs in
+(``bench_train.py``, ``bench_train_offpolicy.py``) and the machine line of a JSON's meta
+(``bench_overlap.py``, ``bench_update.py``)."""
 
 from __future__ import annotations
 
+import os
+import platform
 import subprocess
 import sys
 from pathlib import Path
@@ -29,3 +32,10 @@ def ensure_peer_venv(venv: Path) -> Path:
             check=True,
         )
     return python
+
+
+def machine_line() -> str:
+    """Architecture, CPU cores, Python, torch and the first CUDA GPU, for a benchmark's meta."""
+    gpu = f", {torch.cuda.get_device_name(0)}" if torch.cuda.is_available() else ""
+    return (f"{platform.machine()}, {os.cpu_count()} CPU cores, Python "
+            f"{platform.python_version()}, torch {torch.__version__}{gpu}")  # fmt: skip

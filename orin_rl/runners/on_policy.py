@@ -94,9 +94,7 @@ class OnPolicyRunner(Runner):
             elif self.env.has_own_graphs:  # an mjlab world on Warp's CPU device, or graphs off
                 where = "CPU" if self.env.device.type != "cuda" else "GPU, ORIN_RL_MJLAB_GRAPHS=0"
                 log.warning("CUDA graphs off: the mjlab world steps eagerly (%s)", where)
-        update_blocker = update_graph_blocker(
-            cfg, self.env, self.device, self.use_graphs, self.dist.enabled
-        )
+        update_blocker = update_graph_blocker(cfg, self.env, self.device, self.dist.enabled)
         args = (self.policy, self.buffer, cfg.ppo, self.num_iterations, self.device)
         capturable = self.use_graphs or update_blocker is None
         options = {"precision": cfg.train.precision, "capturable": capturable}

@@ -31,19 +31,18 @@ def _cfg(*overrides: str) -> C.Config:
 class TestWhereItApplies:
     def test_each_reason_is_named_and_a_plain_cuda_learner_has_none(self):
         cuda, host = CUDA, SimpleNamespace()
-        assert update_graph_blocker(_cfg(), host, cuda, False, False) is None
+        assert update_graph_blocker(_cfg(), host, cuda, False) is None
         cases = [
-            (_cfg("ppo.graph_update=off"), host, cuda, False, False, "ppo.graph_update=off"),
-            (_cfg(), host, torch.device("cpu"), False, False, "not on a CUDA device"),
-            (_cfg(), SimpleNamespace(graph_safe=True), cuda, False, False, "step on the GPU"),
-            (_cfg(), SimpleNamespace(has_own_graphs=True), cuda, False, False, "on the GPU"),
-            (_cfg(), host, cuda, True, False, "train.cuda_graphs"),
-            (_cfg("ppo.target_kl=0.02"), host, cuda, False, False, "ppo.target_kl"),
-            (_cfg("train.precision=fp16"), host, cuda, False, False, "fp16"),
-            (_cfg(), host, cuda, False, True, "distributed"),
+            (_cfg("ppo.graph_update=off"), host, cuda, False, "ppo.graph_update=off"),
+            (_cfg(), host, torch.device("cpu"), False, "not on a CUDA device"),
+            (_cfg(), SimpleNamespace(graph_safe=True), cuda, False, "step on the GPU"),
+            (_cfg(), SimpleNamespace(has_own_graphs=True), cuda, False, "on the GPU"),
+            (_cfg("ppo.target_kl=0.02"), host, cuda, False, "ppo.target_kl"),
+            (_cfg("train.precision=fp16"), host, cuda, False, "fp16"),
+            (_cfg(), host, cuda, True, "distributed"),
         ]
-        for cfg, env, device, whole, dist, reason in cases:
-            assert reason in update_graph_blocker(cfg, env, device, whole, dist)
+        for cfg, env, device, dist, reason in cases:
+            assert reason in update_graph_blocker(cfg, env, device, dist)
 
     def test_a_cpu_learner_updates_op_by_op(self, tmp_path, caplog):
         cfg = _cfg("env.env_id=CartPole-v1", "env.num_envs=2", "ppo.num_steps=8",
