@@ -116,6 +116,12 @@ class PPOConfig:
     """Learn as rsl_rl 5.4 does (mjlab's preset): torch's default layer init, a learned std
     (not its log), the actor's and the critic's gradients clipped each on its own, Adam eps
     1e-8."""
+    normalizer_update: Literal["step", "after_update"] = "step"
+    """With ``rsl_rl`` and ``normalize_obs``, when rsl_rl's normalisers fold in observations:
+    ``step``, every env step from the post-step observation (rsl_rl 5.4.2, mjlab 1.6's pin: the
+    lockstep test holds it); ``after_update``, once an iteration after the update, from the
+    rollout's stored observations (rsl_rl 5.5, its PR 225: the statistics stay fixed over the
+    rollout and the update, so the first ratio is exactly 1)."""
     timeout_bootstrap: Literal["final_obs", "value"] = "final_obs"
     """What a time-limited episode bootstraps from: ``final_obs``, V(the state it reached);
     ``value``, V(the observation the step started from), as rsl_rl (mjlab's runner) does: no
@@ -576,6 +582,11 @@ def validate(cfg: Config) -> None:
             )
         if cfg.train.num_agents > 1:
             raise ConfigError("ppo.desired_kl: not supported with train.num_agents > 1")
+    if cfg.ppo.normalizer_update != "step" and not (cfg.ppo.rsl_rl and cfg.ppo.normalize_obs):
+        raise ConfigError(
+            "ppo.normalizer_update: sets when rsl_rl's normalisers update; set ppo.rsl_rl=true "
+            "and ppo.normalize_obs=true, or drop it"
+        )
     for name, value in (("target_kl", cfg.ppo.target_kl), ("rsl_rl", cfg.ppo.rsl_rl or None)):
         if cfg.train.num_agents > 1 and value is not None:
             raise ConfigError(f"ppo.{name}: not supported with train.num_agents > 1; unset it")

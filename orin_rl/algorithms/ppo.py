@@ -18,6 +18,7 @@ from orin_rl.buffers import RolloutBuffer, Transition
 from orin_rl.config import PPOConfig
 from orin_rl.envs import StepResult
 from orin_rl.models import ActorCritic
+from orin_rl.models.distributions import gaussian_kl
 from orin_rl.models.normalizer import RewardNormalizer
 
 
@@ -52,6 +53,11 @@ def approx_kl(logprobs: torch.Tensor, old_logprobs: torch.Tensor) -> torch.Tenso
     """Low-variance KL(old || new) estimator: mean((r - 1) - log r) (Schulman, 2020)."""
     log_ratio = logprobs - old_logprobs
     return ((torch.exp(log_ratio) - 1.0) - log_ratio).mean()
+
+
+def cfg_step(cfg: PPOConfig) -> bool:
+    """rsl_rl's normalisers update at every env step (5.4.2), not after the update (5.5)."""
+    return cfg.normalizer_update == "step"
 
 
 LOSS_NAMES = ("policy", "value", "entropy", "approx_kl", "clip_fraction")
@@ -131,6 +137,14 @@ class PPO:
         """Runs ``update_steps`` as a CUDA graph where set (runners.graphs.GraphedUpdate)."""
         self.value_all_final_obs = False
         """Value every final observation and select (no boolean indexing), even on the CPU."""
+        self.normalizes_inside = bool(getattr(policy, "normalizes_inside", False))
+        """rsl_rl's normalisers (inside the actor and the critic): they fold in each step's
+        post-step observation (``process_env_step``), the rollout keeps raw observations and
+        the update normalises them with the statistics at the rollout's end."""
+        self.exact_kl = bool(cfg.rsl_rl) and not getattr(policy, "discrete", True)
+        """rsl_rl's KL for the adaptive schedule: the exact KL between the stored behaviour
+        Gaussian and the current one (the rollout keeps each step's mean), not the estimate."""
+        self._behaviour_std: torch.Tensor | None = None
         self.reward_normalizer = (
             RewardNormalizer(
                 buffer.num_envs,
@@ -146,7 +160,9 @@ class PPO:
     @torch.inference_mode()
     def act(self, obs: torch.Tensor) -> torch.Tensor:
         """Sample actions for raw ``obs`` (num_envs, *obs_shape) and remember the step."""
-        if self.dist.enabled and self.policy.obs_normalizer is not None:
+        if self.normalizes_inside:
+            pass  # rsl_rl's normalisers fold in the post-step observation (process_env_step)
+        elif self.dist.enabled and self.policy.obs_normalizer is not None:
             # Every rank folds every rank's observations in: the statistics stay identical.
             self.policy.obs_normalizer.update(
                 distributed.all_gather_rows(obs, self.dist.world_size)
@@ -155,7 +171,13 @@ class PPO:
         else:
             obs = self.policy.normalize(obs, update=True)
         with self.autocast:
-            actions, logprobs, values = self.policy.act(obs)
+            if self.exact_kl:
+                dist = self.policy.distribution(obs)
+                actions = dist.sample()
+                logprobs, values = dist.log_prob(actions), self.policy.value(obs)
+                self.transition.action_means = dist.mean
+            else:
+                actions, logprobs, values = self.policy.act(obs)
         self.transition.obs = obs
         self.transition.actions = actions
         self.transition.logprobs = logprobs
@@ -165,6 +187,8 @@ class PPO:
     @torch.inference_mode()
     def process_env_step(self, step: StepResult) -> None:
         """Record the env's answer to the last ``act`` and store the transition."""
+        if self.normalizes_inside and cfg_step(self.cfg):  # rsl_rl 5.4: the post-step obs
+            self.policy.update_normalizers(step.obs)
         t = self.transition
         t.terminated = step.terminated
         t.episode_end = step.terminated | step.truncated
@@ -176,7 +200,11 @@ class PPO:
         # Truncated episodes bootstrap from V(true final observation); terminated ones do not.
         cut = step.truncated & ~step.terminated
         if self.cfg.timeout_bootstrap == "value":  # rsl_rl's: V(the step's first observation)
-            bootstrap = torch.where(cut, t.values.float(), 0.0)
+            # at every time-out, terminal or not (rsl_rl adds gamma * V to each time-out's
+            # reward, then cuts the episode): a time-out is then not a terminal for GAE.
+            cut = step.truncated
+            t.terminated = step.terminated & ~cut
+            bootstrap = torch.where(cut, t.values, 0.0)
         elif step.reward.is_cuda or self.value_all_final_obs:
             # No host read: value every final observation, keep the truncated ones.
             bootstrap = torch.where(cut, self.values_of(step.final_obs), 0.0)
@@ -256,13 +284,20 @@ class PPO:
         epochs_done = 0
         kl_index = LOSS_NAMES.index("approx_kl")
         early_stop = cfg.target_kl is not None and not self.capturable
-        for i, mb in enumerate(self.buffer.minibatches(cfg.num_epochs)):
+        if self.exact_kl:  # the behaviour's std: the rollout acted with the update's first std
+            self._behaviour_std = self.policy.std.detach().clamp(1e-6, 1e6)
+        # rsl_rl draws one permutation an update: every epoch the same minibatches
+        batches = self.buffer.minibatches(cfg.num_epochs, one_order=bool(cfg.rsl_rl))
+        for i, mb in enumerate(batches):
             sums += torch.stack(self._minibatch_step(mb)).detach()
             num_updates += 1
             if (i + 1) % self.buffer.num_minibatches == 0:
                 epochs_done += 1
                 if early_stop and sums[kl_index].item() / num_updates > cfg.target_kl:
                     break
+        if self.normalizes_inside and not cfg_step(cfg):  # rsl_rl 5.5: after the optimisation,
+            # once, from the rollout's stored (pre-step) observations; no host read (graphs)
+            self.policy.update_normalizers(self.buffer.obs.flatten(0, 1))
         return num_updates, epochs_done
 
     def finish_update(self, num_updates: int, epochs_done: int, lr: float) -> dict[str, float]:
@@ -304,13 +339,22 @@ class PPO:
         advantages: torch.Tensor,
         old_values: torch.Tensor,
         returns: torch.Tensor,
+        old_means: torch.Tensor | None = None,
+        old_std: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, ...]:
-        """(loss, policy loss, value loss, entropy, approx KL, clip fraction) of a minibatch;
-        only ``loss`` carries gradients. Tensors in, tensors out: ``torch.compile`` takes it
-        whole (``ppo.compile_update``)."""
+        """(loss, policy loss, value loss, entropy, KL, clip fraction) of a minibatch; only
+        ``loss`` carries gradients. The KL is the estimate mean((r - 1) - log r), or with the
+        behaviour Gaussian's ``old_means`` and ``old_std`` the exact KL (rsl_rl's). Tensors in,
+        tensors out: ``torch.compile`` takes it whole (``ppo.compile_update``)."""
         cfg = self.cfg
         with self.autocast:  # the heads come back fp32 (ActorCritic), the losses stay fp32
-            logprobs, entropy, values = self.policy.evaluate(obs, actions)
+            if old_means is None:
+                logprobs, entropy, values = self.policy.evaluate(obs, actions)
+            else:
+                dist = self.policy.distribution(obs)
+                logprobs, entropy, values = (
+                    dist.log_prob(actions), dist.entropy(), self.policy.value(obs)
+                )  # fmt: skip
         # advantages were normalised over the whole rollout in compute_returns when asked.
         pg_loss = clipped_surrogate_loss(logprobs, old_logprobs, advantages, cfg.clip_coef)
         v_loss = value_loss(
@@ -319,15 +363,19 @@ class PPO:
         ent = entropy.mean()
         loss = self.loss_scale * (pg_loss - cfg.ent_coef * ent + cfg.vf_coef * v_loss)
         with torch.no_grad():
-            kl = approx_kl(logprobs, old_logprobs)
+            if old_means is None:
+                kl = approx_kl(logprobs, old_logprobs)
+            else:  # KL(behaviour || current), summed over dimensions, mean over the minibatch
+                kl = gaussian_kl(old_means, old_std, dist.mean, dist.std).mean()
             clip_frac = ((logprobs - old_logprobs).exp().sub(1.0).abs() > cfg.clip_coef).float()
         return loss, pg_loss.detach(), v_loss.detach(), ent.detach(), kl, clip_frac.mean()
 
     def _minibatch_step(self, mb) -> tuple[torch.Tensor, ...]:
         """One gradient step on a minibatch (fields as in ``Batch``); returns the loss terms."""
         loss, pg_loss, v_loss, ent, kl, clip_frac = self._losses(
-            mb.obs, mb.actions, mb.logprobs, mb.advantages, mb.values, mb.returns
-        )
+            mb.obs, mb.actions, mb.logprobs, mb.advantages, mb.values, mb.returns,
+            *((mb.action_means, self._behaviour_std) if self.exact_kl else ()),
+        )  # fmt: skip
         if self.cfg.desired_kl is not None:  # before the step, from this forward pass (rsl_rl)
             self._adapt_learning_rate(kl)
         # None, not zeros: backward then writes the gradients (no fill and no accumulate kernel

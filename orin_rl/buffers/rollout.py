@@ -38,6 +38,8 @@ class Transition:
     """(num_envs,) bool terminated or truncated."""
     bootstrap_values: torch.Tensor | None = None
     """(num_envs,) V(final obs) where truncated, 0 elsewhere."""
+    action_means: torch.Tensor | None = None
+    """(num_envs, action_dim) the Gaussian's mean at sampling time (buffers that keep it)."""
 
     def clear(self) -> None:
         """Drop every field (the algorithm refills it each step)."""
@@ -61,6 +63,8 @@ class Batch:
     """(minibatch,) GAE advantages (normalised if asked)."""
     returns: torch.Tensor
     """(minibatch,) value targets: advantages + values, before normalisation."""
+    action_means: torch.Tensor | None = None
+    """(minibatch, action_dim) the behaviour Gaussian's means (buffers that keep them)."""
 
 
 # Fields stored per step (name, per-env shape key, dtype key).
@@ -96,7 +100,11 @@ class RolloutBuffer:
         placement: str = "auto",
         num_minibatches: int = 1,
         storage: dict[str, memory.Storage] | None = None,
+        keep_action_means: bool = False,
+        float_dtype: torch.dtype = torch.float32,
     ):
+        """``keep_action_means``: store each step's Gaussian mean too (rsl_rl's exact KL).
+        ``float_dtype``: of every float field (float64 for reference tests)."""
         self.num_steps = num_steps
         self.num_envs = num_envs
         self.device = torch.device(device)
@@ -116,7 +124,7 @@ class RolloutBuffer:
         self.minibatch_size = self.batch_size // num_minibatches
         self.step = 0
 
-        f32, boolean = torch.float32, torch.bool
+        f32, boolean = float_dtype, torch.bool
         per_env = {
             "obs": (tuple(obs_shape), f32),
             "actions": (tuple(action_shape), action_dtype),
@@ -130,6 +138,10 @@ class RolloutBuffer:
             "advantages": ((), f32),
             "returns": ((), f32),
         }
+        if keep_action_means:
+            per_env["action_means"] = (tuple(action_shape), f32)
+        self._step_fields = _STEP_FIELDS + (("action_means",) if keep_action_means else ())
+        self._batch_fields = _BATCH_FIELDS + (("action_means",) if keep_action_means else ())
         self._store: dict[str, memory.Storage] = {}
         for name, (shape, dtype) in per_env.items():
             full = (num_steps, num_envs, *shape)
@@ -153,7 +165,7 @@ class RolloutBuffer:
         # Minibatch slots, reused every epoch: slot j holds minibatch j of the current epoch.
         self._slots: dict[str, torch.Tensor] = {}
         self._slot_views: dict[str, list] = {}
-        for name in _BATCH_FIELDS:
+        for name in self._batch_fields:
             src = self._store[name].tensor
             slot = torch.zeros(
                 (num_minibatches, self.minibatch_size, *src.shape[2:]),
@@ -202,7 +214,7 @@ class RolloutBuffer:
                 f"rollout buffer holds {self.num_steps} steps; call clear() after each update"
             )
         t = self.step
-        for name in _STEP_FIELDS:
+        for name in self._step_fields:
             value = getattr(transition, name)
             if value is None:
                 raise ValueError(f"transition.{name} was not set before add()")
@@ -258,27 +270,34 @@ class RolloutBuffer:
         every rank when ``all_reduce`` is given (``ops.normalize_``)."""
         ops.normalize_(self.advantages, groups=groups, all_reduce=all_reduce)
 
-    def minibatches(self, num_epochs: int) -> Iterator[Batch]:
-        """Yield ``num_epochs * num_minibatches`` minibatches, shuffled by torch's global RNG.
+    def _shuffle(self) -> None:
+        """A new random permutation of the batch into ``_perm``."""
+        if self.storage_device.type == "cuda":
+            # Sort of uniform keys: a random permutation with no host sync (graph-safe).
+            keys = torch.rand(self.batch_size, device=self.storage_device)
+            self._perm.copy_(torch.argsort(keys))
+        else:
+            torch.randperm(self.batch_size, out=self._perm)
+
+    def minibatches(self, num_epochs: int, one_order: bool = False) -> Iterator[Batch]:
+        """Yield ``num_epochs * num_minibatches`` minibatches, shuffled by torch's global RNG:
+        a new permutation every epoch, or with ``one_order`` one for the whole update (rsl_rl's
+        ``mini_batch_generator``: every epoch visits the same minibatches in the same order).
 
         A yielded Batch is overwritten one epoch later: use it before asking for more.
         """
         views = self._flat_views
-        for _ in range(num_epochs):
-            if self.storage_device.type == "cuda":
-                # Sort of uniform keys: a random permutation with no host sync (graph-safe).
-                keys = torch.rand(self.batch_size, device=self.storage_device)
-                self._perm.copy_(torch.argsort(keys))
-            else:
-                torch.randperm(self.batch_size, out=self._perm)
+        for epoch in range(num_epochs):
+            if epoch == 0 or not one_order:
+                self._shuffle()
             for j in range(self.num_minibatches):
                 start = j * self.minibatch_size
                 index = self._perm_view[start : start + self.minibatch_size]
-                for name in _BATCH_FIELDS:
+                for name in self._batch_fields:
                     ops.gather(views[name], index, self._slot_views[name][j], self.storage_device)
                 yield Batch(
                     **{
                         name: self._slots[name][j].to(self.device, non_blocking=True)
-                        for name in _BATCH_FIELDS
+                        for name in self._batch_fields
                     }
                 )

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from orin_rl.models.distributions import Categorical, DiagGaussian
-from orin_rl.models.normalizer import ObsNormalizer
+from orin_rl.models.normalizer import EmpiricalNormalizer, ObsNormalizer
 
 ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU}
 
@@ -50,7 +50,9 @@ class PolicySpec:
     critic_hidden_sizes: list[int] | None = None
     """Hidden widths of the critic when they differ from the actor's (None: hidden_sizes)."""
     rsl_rl: bool = False
-    """rsl_rl's network: torch's default layer init and a learned std (``ppo.rsl_rl``)."""
+    """rsl_rl's network: torch's default layer init, a learned std (``ppo.rsl_rl``) and, with
+    ``normalize_obs``, rsl_rl's normalisers: one inside the actor and one inside the critic,
+    each over its own group, ``(x - mean) / (std + 1e-2)`` unclipped (``EmpiricalNormalizer``)."""
 
     def group_dim(self, role: str) -> int:
         """Input width of the ``actor`` or the ``critic``."""
@@ -138,30 +140,60 @@ class ActorCritic(nn.Module):
             self.std = nn.Parameter(torch.full((spec.action_dim,), math.exp(spec.init_log_std)))
         elif not self.discrete:
             self.log_std = nn.Parameter(torch.full((spec.action_dim,), spec.init_log_std))
+        inside = spec.rsl_rl and spec.normalize_obs
         self.obs_normalizer = (
-            ObsNormalizer(tuple(spec.obs_shape), clip=spec.obs_clip) if spec.normalize_obs else None
+            ObsNormalizer(tuple(spec.obs_shape), clip=spec.obs_clip)
+            if spec.normalize_obs and not inside
+            else None
         )
+        """The run's one normaliser, applied before the networks (``normalize``)."""
+        self.actor_normalizer = EmpiricalNormalizer(actor_in) if inside else None
+        """rsl_rl's: inside the actor, over the actor's group (``update_normalizers``)."""
+        self.critic_normalizer = EmpiricalNormalizer(critic_in) if inside else None
+        """rsl_rl's: inside the critic, over the critic's group."""
+
+    @property
+    def normalizes_inside(self) -> bool:
+        """Whether the networks normalise their own inputs (rsl_rl's normalisers): observations
+        are then stored raw and ``normalize`` passes them through."""
+        return self.actor_normalizer is not None
 
     def normalize(self, obs: torch.Tensor, update: bool = False) -> torch.Tensor:
-        """Apply the observation normaliser (updating it first when ``update``)."""
+        """Apply the observation normaliser (updating it first when ``update``); with rsl_rl's
+        normalisers the observation is returned as it is (``update_normalizers`` folds it in)."""
         if self.obs_normalizer is None:
             return obs
         if update:
             self.obs_normalizer.update(obs)
         return self.obs_normalizer(obs)
 
+    @torch.no_grad()
+    def update_normalizers(self, obs: torch.Tensor) -> None:
+        """Fold raw ``obs`` (batch, *obs_shape) into rsl_rl's actor and critic normalisers."""
+        flat = obs.flatten(1)
+        self.actor_normalizer.update(flat[:, self._actor_part])
+        self.critic_normalizer.update(flat[:, self._critic_part])
+
+    def actor_input(self, obs: torch.Tensor) -> torch.Tensor:
+        """(batch, actor width): the actor's part of ``obs``, through its own normaliser."""
+        x = obs.flatten(1)[:, self._actor_part]
+        return x if self.actor_normalizer is None else self.actor_normalizer(x)
+
     def distribution(self, obs: torch.Tensor) -> Categorical | DiagGaussian:
         """Action distribution for normalised ``obs`` (batch, *obs_shape)."""
-        out = self.actor(obs.flatten(1)[:, self._actor_part]).float()  # fp32 heads (autocast)
+        out = at_least_fp32(self.actor(self.actor_input(obs)))  # fp32 heads (autocast)
         if self.discrete:
             return Categorical(out)
         if self.spec.rsl_rl:
-            return DiagGaussian(out, self.std.clamp(1e-6, 1e6).log())  # rsl_rl's std_range
+            std = self.std.clamp(1e-6, 1e6)  # rsl_rl's std_range
+            return DiagGaussian(out, std.log(), std=std)
         return DiagGaussian(out, self.log_std)
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
         """(batch,) V(s) for normalised ``obs``; under autocast the value head stays fp32."""
         x = obs.flatten(1)[:, self._critic_part]
+        if self.critic_normalizer is not None:
+            x = self.critic_normalizer(x)
         if not torch.is_autocast_enabled(x.device.type):
             return self.critic(x).squeeze(-1)
         hidden = self.critic[:-1](x)
@@ -184,11 +216,14 @@ class ActorCritic(nn.Module):
     def act_deterministic(self, obs: torch.Tensor) -> torch.Tensor:
         """The distribution's mode (argmax / mean; squashed: the scaled tanh of the mean)."""
         if self.spec.squash:
-            mean = self.actor(obs.flatten(1)[:, self._actor_part]).float()[
-                :, : self.spec.action_dim
-            ]
+            mean = at_least_fp32(self.actor(self.actor_input(obs)))[:, : self.spec.action_dim]
             return squash_to_bounds(mean, self.spec.action_low, self.spec.action_high)
         return self.distribution(obs).mode()
+
+
+def at_least_fp32(x: torch.Tensor) -> torch.Tensor:
+    """``x`` in float32 where autocast made it half precision; float64 stays float64."""
+    return x if x.dtype in (torch.float32, torch.float64) else x.float()
 
 
 def squash_to_bounds(u: torch.Tensor, low: list[float], high: list[float]) -> torch.Tensor:

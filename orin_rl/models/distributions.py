@@ -46,13 +46,15 @@ class Categorical:
 class DiagGaussian:
     """Independent Gaussians over the last axis: ``mean`` (batch, dim), ``log_std`` (dim,)."""
 
-    def __init__(self, mean: torch.Tensor, log_std: torch.Tensor):
+    def __init__(self, mean: torch.Tensor, log_std: torch.Tensor, std: torch.Tensor | None = None):
         self.mean = mean
         self.log_std = log_std.expand_as(mean)
+        self.std = (log_std.exp() if std is None else std).expand_as(mean)
+        """(batch, dim); given where the std is the parameter (rsl_rl's), not exp(log std)."""
 
     def sample(self) -> torch.Tensor:
         """(batch, dim) reparameterised sample."""
-        return self.mean + self.log_std.exp() * torch.randn_like(self.mean)
+        return self.mean + self.std * torch.randn_like(self.mean)
 
     def log_prob(self, actions: torch.Tensor) -> torch.Tensor:
         """(batch,) sum over dims of log N(a; mean, std)."""
@@ -66,3 +68,16 @@ class DiagGaussian:
     def mode(self) -> torch.Tensor:
         """(batch, dim) the mean."""
         return self.mean
+
+
+def gaussian_kl(
+    old_mean: torch.Tensor, old_std: torch.Tensor, mean: torch.Tensor, std: torch.Tensor
+) -> torch.Tensor:
+    """(batch,) KL(N(old_mean, old_std) || N(mean, std)) summed over the last axis (exact, as
+    ``torch.distributions.kl_divergence`` of two Normals: what rsl_rl's adaptive schedule reads).
+
+    0.5 * (r + ((old_mean - mean) / std)^2 - 1 - log r), r = (old_std / std)^2, per dimension.
+    """
+    var_ratio = (old_std / std).square()
+    t1 = ((old_mean - mean) / std).square()
+    return (0.5 * (var_ratio + t1 - 1 - var_ratio.log())).sum(-1)

@@ -49,6 +49,43 @@ class ObsNormalizer(nn.Module):
         return ((x - self.mean.to(x.dtype)) * scale).clamp(-self.clip, self.clip)
 
 
+class EmpiricalNormalizer(nn.Module):
+    """rsl_rl's ``EmpiricalNormalization`` (5.4): ``(x - mean) / (std + eps)``, eps 1e-2 on the
+    std (not under the root), no clip.
+
+    ``update`` merges a batch's statistics into the running ones with the parallel-variance
+    formula, weighted by sample counts (the first update replaces the initial mean 0, var 1).
+    Statistics keep the module's float dtype and a 64-bit count, as rsl_rl's do; the
+    arithmetic is rsl_rl's, line for line (tests/algorithms/test_rsl_rl_lockstep.py).
+    """
+
+    def __init__(self, dim: int, eps: float = 1e-2):
+        super().__init__()
+        self.eps = eps
+        self.register_buffer("mean", torch.zeros(dim))
+        self.register_buffer("var", torch.ones(dim))
+        self.register_buffer("std", torch.ones(dim))
+        self.register_buffer("count", torch.tensor(0, dtype=torch.long))
+
+    @torch.no_grad()
+    def update(self, x: torch.Tensor) -> None:
+        """Fold a (batch, dim) batch into the running statistics."""
+        batch = x.shape[0]
+        self.count += batch
+        rate = batch / self.count  # a device tensor: no host read (CUDA graphs)
+        batch_var = torch.var(x, dim=0, unbiased=False)
+        batch_mean = torch.mean(x, dim=0)
+        delta = batch_mean - self.mean
+        self.mean += rate * delta
+        # Var <- Var + rate * (Var_b - Var + delta * (mean_b - mean_new))
+        self.var += rate * (batch_var - self.var + delta * (batch_mean - self.mean))
+        torch.sqrt(self.var, out=self.std)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Normalise ``x`` (batch, dim) with the current statistics (no update)."""
+        return (x - self.mean.to(x.dtype)) / (self.std.to(x.dtype) + self.eps)
+
+
 class RewardNormalizer(nn.Module):
     """Rewards divided by the running std of the discounted return (the statistic of
     Stable-Baselines3's ``VecNormalize`` and gymnasium's ``NormalizeReward``), then clipped.

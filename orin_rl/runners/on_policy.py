@@ -144,6 +144,7 @@ class OnPolicyRunner(Runner):
             cfg.buffer.placement,
             cfg.ppo.num_minibatches,
             storage,
+            keep_action_means=cfg.ppo.rsl_rl and not discrete,  # rsl_rl's exact KL
         )
 
     def _make_obs_into_buffer(self) -> None:

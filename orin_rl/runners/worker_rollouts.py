@@ -91,16 +91,17 @@ class RolloutProgram:
             out["values"][t] = values
             step = local.step(actions)
             out["rewards"][t] = step.reward
-            out["terminated"][t] = step.terminated
             ended = step.terminated | step.truncated
             out["episode_end"][t] = ended
             # Truncated episodes bootstrap from V(true final observation); terminated ones do not
             cut = step.truncated & ~step.terminated
             boot = np.zeros_like(values)
-            if self.bootstrap_with_value:  # rsl_rl's: V of the step's first observation
+            if self.bootstrap_with_value:  # rsl_rl's: V of the step's first observation, at
+                cut = step.truncated  # every time-out, terminal or not (PPO.process_env_step)
                 boot = np.where(cut, values, 0.0)
             elif cut.any():
                 boot[cut] = policy.value(policy.normalize(step.final_obs[cut]))
+            out["terminated"][t] = step.terminated & ~cut
             out["bootstrap_values"][t] = boot
             obs = step.obs
         self.storage["last_values"][local.lo : local.hi] = policy.value(policy.normalize(obs))
