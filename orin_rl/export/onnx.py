@@ -479,6 +479,16 @@ def _action_space(spec: PolicySpec) -> dict[str, Any]:
 
 def _normalizer(policy: ActorCritic, spec: PolicySpec) -> dict[str, Any] | None:
     norm = policy.obs_normalizer
+    inside = getattr(policy, "actor_normalizer", None)
+    if inside is not None:  # rsl_rl's: (x - mean) / (std + eps), no clip
+        return {
+            "folded_into_graph": True,
+            "formula": "(x - mean) / (std + eps)",
+            "mean": inside.mean.tolist(),
+            "std": inside.std.tolist(),
+            "eps": inside.eps,
+            "clip": None,
+        }
     if norm is None:
         return None
     part = slice(*spec.obs_groups["actor"]) if spec.obs_groups else slice(None)
@@ -486,6 +496,7 @@ def _normalizer(policy: ActorCritic, spec: PolicySpec) -> dict[str, Any] | None:
         "folded_into_graph": True,
         "mean": norm.mean.flatten()[part].tolist(),
         "var": norm.var.flatten()[part].tolist(),
+        "formula": "clip((x - mean) / sqrt(var + eps), -clip, clip)",
         "eps": norm.eps,
         "clip": norm.clip,
     }

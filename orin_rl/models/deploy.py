@@ -31,11 +31,16 @@ class DeterministicPolicy(nn.Module):
         if fp16:
             self.actor = self.actor.half()
         norm = policy.obs_normalizer
-        self.has_norm = norm is not None
-        if norm is not None:  # asymmetric: the actor's part of the normaliser
+        inside = getattr(policy, "actor_normalizer", None)
+        self.has_norm = norm is not None or inside is not None
+        self.norm_clip: float | None = None
+        shape = spec.deploy_obs_shape
+        if inside is not None:  # rsl_rl's: (x - mean) / (std + eps), unclipped, the actor's own
+            self.register_buffer("obs_mean", inside.mean.float().reshape(shape))
+            self.register_buffer("obs_div", (inside.std + inside.eps).float().reshape(shape))
+        elif norm is not None:  # asymmetric: the actor's part of the normaliser
             part = slice(*spec.obs_groups["actor"]) if spec.obs_groups else slice(None)
             scale = torch.rsqrt(norm.var + norm.eps).float().flatten()[part]
-            shape = spec.deploy_obs_shape
             self.register_buffer("obs_mean", norm.mean.float().flatten()[part].reshape(shape))
             self.register_buffer("obs_scale", scale.reshape(shape))
             self.norm_clip = float(norm.clip)
@@ -55,7 +60,9 @@ class DeterministicPolicy(nn.Module):
 
     def forward(self, obs: torch.Tensor):
         x = obs
-        if self.has_norm:
+        if self.has_norm and self.norm_clip is None:
+            x = (x - self.obs_mean) / self.obs_div
+        elif self.has_norm:
             x = torch.clamp((x - self.obs_mean) * self.obs_scale, -self.norm_clip, self.norm_clip)
         x = x.flatten(1)
         if self.fp16:

@@ -3,7 +3,8 @@
 Rollout workers (``runners.worker_rollouts``) act with it: a worker process then needs neither
 torch nor the learner's device, and one step costs a few small matrix products. The maths is
 :class:`~orin_rl.models.ActorCritic`'s, term for term: the observation normaliser's
-``clamp((x - mean) * rsqrt(var + eps), -clip, clip)``, the MLPs, the categorical or diagonal
+``clamp((x - mean) * rsqrt(var + eps), -clip, clip)`` (or rsl_rl's ``(x - mean) / (std + 1e-2)``
+inside the actor and the critic), the MLPs, the categorical or diagonal
 Gaussian head (rsl_rl's clamped std too) and its log-probability.
 """
 
@@ -38,6 +39,8 @@ def blocker(policy: ActorCritic) -> str | None:
     checks = [
         (spec.squash, "a squashed (SAC) head"),
         (spec.obs_groups is not None, "actor and critic observation groups"),
+        # rsl_rl's statistics fold in every env step; the workers' fold in each rollout's end
+        (getattr(policy, "normalizes_inside", False), "rsl_rl's per-step normalisers"),
         (spec.activation not in ACTIVATIONS, f"activation {spec.activation}"),
         (len(spec.obs_shape) != 1, f"observations of shape {spec.obs_shape} (flat ones only)"),
         (type(policy).__name__ != "ActorCritic", f"a {type(policy).__name__}"),
@@ -50,7 +53,7 @@ def weight_layout(policy: ActorCritic) -> dict[str, tuple[tuple[int, ...], Any]]
     return {
         key: (tuple(value.shape), value.detach().cpu().numpy().dtype)
         for key, value in policy.state_dict().items()
-        if key != "obs_normalizer.count"
+        if not key.endswith("normalizer.count")
     }
 
 
@@ -78,6 +81,8 @@ class NumpyActorCritic:
         self.act_fn = ACTIVATIONS[spec["activation"]]
         self.arrays = arrays
         self.normalizes = "obs_normalizer.mean" in arrays
+        self.inside = "actor_normalizer.mean" in arrays
+        """rsl_rl's normalisers: ``normalize`` passes through, each network normalises."""
         self.actor = self._layers("actor")
         self.critic = self._layers("critic")
 
@@ -97,15 +102,24 @@ class NumpyActorCritic:
     def normalize(self, obs: np.ndarray) -> np.ndarray:
         """(batch, obs_dim) float32 observations through the running normaliser (no update)."""
         obs = np.asarray(obs, dtype=np.float32)
-        if not self.normalizes:
+        if not self.normalizes:  # none, or rsl_rl's inside the networks
             return obs
         mean, var = self.arrays["obs_normalizer.mean"], self.arrays["obs_normalizer.var"]
         scale = (1.0 / np.sqrt(var + self.EPS)).astype(np.float32)
         return np.clip((obs - mean.astype(np.float32)) * scale, -self.clip, self.clip)
 
+    def _inside(self, name: str, x: np.ndarray) -> np.ndarray:
+        """rsl_rl's ``(x - mean) / (std + eps)`` of the network ``name`` (when it has one)."""
+        if not self.inside:
+            return x
+        mean, std = self.arrays[f"{name}_normalizer.mean"], self.arrays[f"{name}_normalizer.std"]
+        return (x - mean.astype(np.float32)) / (std.astype(np.float32) + self.RSL_EPS)
+
+    RSL_EPS: ClassVar[float] = 1e-2  # EmpiricalNormalizer's
+
     def value(self, normed: np.ndarray) -> np.ndarray:
         """(batch,) V of normalised observations."""
-        return self._mlp(self.critic, normed)[:, 0]
+        return self._mlp(self.critic, self._inside("critic", normed))[:, 0]
 
     def log_std(self) -> np.ndarray:
         """(action_dim,) the Gaussian head's log std."""
@@ -117,7 +131,7 @@ class NumpyActorCritic:
         self, normed: np.ndarray, rng: np.random.Generator
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Sample actions for normalised observations: (actions, log-probabilities, values)."""
-        out = self._mlp(self.actor, normed).astype(np.float32)
+        out = self._mlp(self.actor, self._inside("actor", normed)).astype(np.float32)
         if self.discrete:
             shifted = out - out.max(axis=-1, keepdims=True)
             log_probs = shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))

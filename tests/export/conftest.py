@@ -8,7 +8,7 @@ from orin_rl import config as C
 from orin_rl.runners import train
 
 
-def _run(tmp_path_factory, env_id: str, normalize: bool):
+def _run(tmp_path_factory, env_id: str, normalize: bool, *extra: str):
     out = tmp_path_factory.mktemp(f"{env_id}-{normalize}") / "run"
     cfg = C.apply_overrides(
         C.Config(),
@@ -20,6 +20,7 @@ def _run(tmp_path_factory, env_id: str, normalize: bool):
             "train.eval_episodes=1",
             "train.tensorboard=false",
             f"ppo.normalize_obs={str(normalize).lower()}",
+            *extra,
         ],
     )
     train(cfg, out, progress=False)
@@ -44,3 +45,9 @@ def pendulum_norm_run(tmp_path_factory):
 @pytest.fixture(scope="session")
 def pendulum_run(tmp_path_factory):
     return _run(tmp_path_factory, "Pendulum-v1", normalize=False)
+
+
+@pytest.fixture(scope="session")
+def pendulum_rsl_norm_run(tmp_path_factory):
+    """rsl_rl's learner (mjlab's preset): its normalisers inside the actor and the critic."""
+    return _run(tmp_path_factory, "Pendulum-v1", True, "ppo.rsl_rl=true")

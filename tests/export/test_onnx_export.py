@@ -21,7 +21,8 @@ from orin_rl.export.onnx import (
     random_observations,
 )
 
-RUNS = ["cartpole_run", "cartpole_norm_run", "pendulum_run", "pendulum_norm_run"]
+RUNS = ["cartpole_run", "cartpole_norm_run", "pendulum_run", "pendulum_norm_run",
+        "pendulum_rsl_norm_run"]  # fmt: skip
 
 
 def torch_actions(run_dir, obs: np.ndarray) -> np.ndarray:
@@ -57,6 +58,9 @@ def test_bundle_matches_the_pytorch_policy(request, tmp_path, rng, run):
     else:
         np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
     assert (info.normalizer is not None) == ("norm" in run)
+    if "rsl" in run:  # rsl_rl's formula, the actor's own statistics, no clip
+        assert info.normalizer["formula"] == "(x - mean) / (std + eps)"
+        assert info.normalizer["clip"] == float("inf") and info.normalizer["eps"] == 1e-2
     assert result.onnx_bytes == onnx_path.stat().st_size
     assert os.stat(onnx_path).st_mode & 0o077 == 0
 

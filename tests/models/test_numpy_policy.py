@@ -25,7 +25,10 @@ def _policy(kind: str, activation: str, rsl_rl: bool = False, seed: int = 0) -> 
             p.copy_(torch.randn_like(p) * 0.7)
         if rsl_rl:
             policy.std.copy_(torch.rand_like(policy.std) + 0.2)
-        policy.obs_normalizer.update(torch.randn(64, 5, dtype=torch.float64) * 3 + 1)
+        if rsl_rl:  # rsl_rl's normalisers, one in each network, fed the same batch
+            policy.update_normalizers(torch.randn(64, 5) * 3 + 1)
+        else:
+            policy.obs_normalizer.update(torch.randn(64, 5, dtype=torch.float64) * 3 + 1)
     return policy
 
 
@@ -50,7 +53,10 @@ def test_normalise_act_and_value_match_the_torch_policy(kind, activation, rsl_rl
     with torch.no_grad():
         ref = policy.normalize(torch.from_numpy(obs))
     np.testing.assert_allclose(normed, ref.numpy(), rtol=1e-6, atol=1e-6)
-    assert np.abs(normed).max() == pytest.approx(2.0)  # the clip took part
+    if rsl_rl:  # passed through: the networks normalise (x - mean) / (std + 1e-2) themselves
+        np.testing.assert_array_equal(normed, obs)
+    else:
+        assert np.abs(normed).max() == pytest.approx(2.0)  # the clip took part
     actions, logp, values = twin.act(normed, np.random.default_rng(2))
     with torch.no_grad():
         t_logp, _, t_values = policy.evaluate(torch.from_numpy(normed), torch.from_numpy(actions))
@@ -102,3 +108,5 @@ def test_policies_without_a_numpy_twin_are_named():
     grouped = PolicySpec([5], "discrete", 2, obs_groups={"actor": [0, 3], "critic": [0, 5]})
     assert "groups" in npp.blocker(ActorCritic(grouped))
     assert npp.blocker(ActorCritic(PolicySpec([5], "discrete", 2))) is None
+    rsl = PolicySpec([5], "continuous", 2, normalize_obs=True, rsl_rl=True)
+    assert "rsl_rl" in npp.blocker(ActorCritic(rsl))
