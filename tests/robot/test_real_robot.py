@@ -1,0 +1,65 @@
+"""A real robot in low-level mode reports no base linear velocity (no ``rt/sportmodestate``
+once the motion service is released): the contract of ``Orin-Velocity-Flat-Unitree-G1-Real``
+reads nothing a G1 lacks, mjlab's own G1 contract does, and ``orin-rl run --plant unitree-g1``
+refuses such a policy on a real robot in one line (the twin, which publishes the velocity,
+runs it with a warning). Issue 51, item 1."""
+
+from __future__ import annotations
+
+import pytest
+
+from orin_rl.robot import RobotError
+from orin_rl.robot.contract import DeployContract
+from tests.robot.conftest import require_mjlab
+
+REAL_G1 = "Orin-Velocity-Flat-Unitree-G1-Real"
+
+
+@pytest.fixture(scope="module")
+def real_contract() -> dict:
+    """``policy.json``'s ``deploy`` for ``Orin-Velocity-Flat-Unitree-G1-Real``."""
+    require_mjlab()
+    from orin_rl.envs.base import EnvOptions
+    from orin_rl.envs.mjlab import MjlabVecEnv
+
+    vec = MjlabVecEnv(REAL_G1, 1, "cpu", EnvOptions(seed=0))
+    try:
+        return vec.deploy_contract()
+    finally:
+        vec.close()
+
+
+def test_the_real_g1_contract_reads_only_what_a_g1_reports_and_mjlabs_g1_does_not(
+    real_contract, g1_contract
+):
+    """Every term of the new task's actor has a source a real G1 reports, so the plant
+    subscribes no ``rt/sportmodestate``; mjlab's G1 reads ``base_lin_vel``, refused on a real
+    robot in one line naming the term and the task to train (mutation: ``base_lin_vel`` in
+    ``ROBOT_REPORTS``: mjlab's G1 passes as a real robot's policy)."""
+    real = DeployContract.from_dict(real_contract)
+    assert real.robot == "unitree-g1" and real.obs_dim == 96
+    assert [t.source for t in real.observations] == [
+        "gyro", "projected_gravity", "joint_pos_rel", "joint_vel_rel", "last_action", "command",
+    ]  # fmt: skip
+    assert all(t["robot_reports"] is True for t in real_contract["observations"])  # policy.json
+    assert real.twin_only_terms() == [] and real.real_robot_refusal() is None
+    assert not any(t.source == "base_lin_vel" for t in real.observations)
+
+    mjlab_g1 = DeployContract.from_dict(g1_contract)
+    assert mjlab_g1.twin_only_terms() == ["base_lin_vel"]
+    assert [t["robot_reports"] for t in g1_contract["observations"]][:2] == [False, True]
+    refusal = mjlab_g1.real_robot_refusal()
+    assert "base_lin_vel" in refusal and REAL_G1 in refusal and "\n" not in refusal
+
+
+def test_policy_json_without_the_flag_is_read_and_a_wrong_flag_is_refused(g1_contract):
+    """A bundle exported before the flag existed gets it from the source; one that claims a
+    real robot reports ``base_lin_vel`` is refused (mutation: ``check`` without the flag's
+    consistency: the claim passes)."""
+    old = {**g1_contract, "observations": [dict(t) for t in g1_contract["observations"]]}
+    for term in old["observations"]:
+        del term["robot_reports"]
+    assert DeployContract.from_dict(old).twin_only_terms() == ["base_lin_vel"]
+    old["observations"][0]["robot_reports"] = True
+    with pytest.raises(RobotError, match=r"'base_lin_vel' says robot_reports True"):
+        DeployContract.from_dict(old)
