@@ -6,11 +6,18 @@ runs it with a warning). Issue 51, item 1."""
 
 from __future__ import annotations
 
+import logging
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
 import pytest
 
 from orin_rl.robot import RobotError
 from orin_rl.robot.contract import DeployContract
-from tests.robot.conftest import require_mjlab
+from tests.robot.conftest import linear_bundle, require_dds, require_mjlab
 
 REAL_G1 = "Orin-Velocity-Flat-Unitree-G1-Real"
 
@@ -63,3 +70,101 @@ def test_policy_json_without_the_flag_is_read_and_a_wrong_flag_is_refused(g1_con
     old["observations"][0]["robot_reports"] = True
     with pytest.raises(RobotError, match=r"'base_lin_vel' says robot_reports True"):
         DeployContract.from_dict(old)
+
+
+class LowStateOnly(threading.Thread):
+    """A robot on the wire without physics: LowState_ at 500 Hz with ``mode_machine`` (5: a
+    real G1 29-DoF; 0: a simulator), ``rt/sportmodestate`` only where ``sport``; its joints go
+    where commands with stiffness put them; records the largest kp it was sent."""
+
+    def __init__(self, domain: int, contract: DeployContract, mode_machine: int, sport: bool):
+        super().__init__(daemon=True)
+        from orin_rl.robot import unitree_msgs as msgs
+        from orin_rl.robot.wire import Endpoint, Layout, participant
+
+        self.dp = participant(domain, "lo")
+        self.out = Endpoint(self.dp, msgs.LOWSTATE, msgs.HgLowState, "writer")
+        self.sport = Endpoint(self.dp, msgs.SPORTSTATE, msgs.GoSportModeState, "writer")
+        self.sport_bytes = bytes(Layout(msgs.GoSportModeState).encode({})) if sport else None
+        self.cmd = Endpoint(self.dp, msgs.LOWCMD, msgs.HgLowCmd, "reader")
+        self.state_layout, self.cmd_layout = Layout(msgs.HgLowState), Layout(msgs.HgLowCmd)
+        self.q = np.zeros(35)
+        self.q[contract.motor_index] = contract.default_joint_pos
+        self.mode_machine = mode_machine
+        self.max_kp = 0.0
+        self.running = True
+
+    def run(self):
+        while self.running:
+            data = self.cmd.take_latest()
+            if data is not None:
+                c = self.cmd_layout.decode(data, ("motor_cmd[].q", "motor_cmd[].kp"))
+                self.max_kp = max(self.max_kp, float(c["motor_cmd[].kp"].max()))
+                stiff = c["motor_cmd[].kp"] > 0
+                self.q[stiff] = c["motor_cmd[].q"][stiff]
+            self.out.write(self.state_layout.encode({
+                "mode_machine": self.mode_machine, "imu_state.quaternion": [1.0, 0, 0, 0],
+                "motor_state[].q": self.q}))  # fmt: skip
+            if self.sport_bytes is not None:
+                self.sport.write(self.sport_bytes)
+            time.sleep(0.002)
+
+
+def test_run_refuses_mjlabs_g1_on_a_real_g1_in_one_line(g1_contract, tmp_path):
+    """``orin-rl run --plant unitree-g1`` against a real G1 (``mode_machine`` 5, no
+    ``rt/sportmodestate``) with mjlab's G1 policy: one line naming ``base_lin_vel`` and the
+    task to train, exit 2, no stiffness ever sent (mutation: no ``check_reported`` call in
+    the start-up: the plant waited out its 5 s for a velocity and said "a state estimator, or
+    a policy trained without it", naming no task)."""
+    require_dds()
+    contract = DeployContract.from_dict(g1_contract)
+    bundle = linear_bundle(tmp_path / "bundle", g1_contract)
+    robot = LowStateOnly(26, contract, mode_machine=5, sport=False)
+    robot.start()
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "orin_rl.cli", "-q", "run", "--model", str(bundle),
+             "--plant", "unitree-g1", "--dds-domain", "26", "--dds-interface", "lo",
+             "--steps", "5"],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+    finally:
+        robot.running = False
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    lines = [x for x in proc.stderr.splitlines() if x.startswith("orin-rl run:")]
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert "base_lin_vel" in lines[0] and REAL_G1 in lines[0], lines[0]
+    assert robot.max_kp == 0.0
+
+
+def test_the_twin_runs_mjlabs_g1_with_a_warning_and_a_g1_runs_the_real_task(
+    g1_contract, real_contract, caplog
+):
+    """A simulator (``mode_machine`` 0, publishing the velocity) stands mjlab's G1 policy up
+    with a warning naming ``base_lin_vel`` (mutation: the warning dropped); a real G1 with
+    no ``rt/sportmodestate`` stands the new task's policy up, the plant subscribing no
+    ``rt/sportmodestate``."""
+    require_dds()
+    from orin_rl.robot.safety import Mode, SafetyConfig
+    from orin_rl.robot.unitree import UnitreePlant
+
+    for domain, deploy, mode_machine, sport in ((27, g1_contract, 0, True),
+                                                (28, real_contract, 5, False)):  # fmt: skip
+        contract = DeployContract.from_dict(deploy)
+        robot = LowStateOnly(domain, contract, mode_machine, sport)
+        robot.start()
+        caplog.clear()
+        plant = UnitreePlant(contract, domain=domain, interface="lo",
+                             safety=SafetyConfig(stand_s=0.2))  # fmt: skip
+        try:
+            with caplog.at_level(logging.WARNING, logger="orin_rl.robot.unitree"):
+                plant.start(wait_s=5.0)
+            assert plant.machine.mode is Mode.POLICY, plant.machine.transitions
+        finally:
+            plant.close()
+            robot.running = False
+        warned = [r.getMessage() for r in caplog.records if "base_lin_vel" in r.getMessage()]
+        if sport:
+            assert len(warned) == 1 and REAL_G1 in warned[0], caplog.records
+        else:
+            assert plant.sport_in is None and warned == []
