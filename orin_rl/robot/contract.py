@@ -185,14 +185,14 @@ class DeployContract:
         terms = self.twin_only_terms()
         if not terms:
             return None
-        robot = self.robot or "the robot"
-        task = ROBOT_TASKS.get(self.robot or "")
-        remedy = (f"train {task}, whose actor reads only what {robot} reports" if task
+        robot = self.robot or "robot"
+        task = ROBOT_TASKS.get(robot)
+        remedy = (f"train {task}, whose actor reads only what a {robot} reports" if task
                   else "train without it")  # fmt: skip
+        twin = "; only the twin (`orin-rl sim-robot`) publishes it" if self.robot else ""
         return (
             f"the policy reads {', '.join(terms)}, which a real {robot} in low-level mode does "
-            f"not report (no rt/sportmodestate): {remedy}; only the twin (`orin-rl sim-robot`) "
-            "publishes it"
+            f"not report (no rt/sportmodestate): {remedy}{twin}"
         )
 
     def command_ranges(self) -> list[list[float]]:
