@@ -54,7 +54,8 @@ ROBOT_REPORTS = (
 operator's command, the policy's own output. ``base_lin_vel`` is not one: with the motion
 service released no ``rt/sportmodestate`` comes (the twin publishes it)."""
 ROBOT_TASKS = {"unitree-g1": "Orin-Velocity-Flat-Unitree-G1-Real"}
-"""Per robot, a task whose actor reads only ``ROBOT_REPORTS``: what to train instead."""
+"""Per robot, a velocity task whose actor reads only ``ROBOT_REPORTS`` (``envs.mjlab_tasks``):
+what to train instead."""
 
 
 @dataclass
@@ -187,8 +188,7 @@ class DeployContract:
             return None
         robot = self.robot or "robot"
         task = ROBOT_TASKS.get(robot)
-        remedy = (f"train {task}, whose actor reads only what a {robot} reports" if task
-                  else "train without it")  # fmt: skip
+        remedy = "train a policy without it" + (f" (to walk: {task})" if task else "")
         twin = "; only the twin (`orin-rl sim-robot`) publishes it" if self.robot else ""
         return (
             f"the policy reads {', '.join(terms)}, which a real {robot} in low-level mode does "
