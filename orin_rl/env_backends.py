@@ -11,13 +11,14 @@ import importlib
 from collections.abc import Callable
 from typing import Any
 
-BACKENDS: dict[str, tuple[str, str, str | None]] = {
+BACKENDS: dict[str, tuple[str, str, tuple[str, ...] | None]] = {
     "gym": ("orin_rl.envs.gym_backend", "gymnasium.vector envs (any id, module:EnvId)", None),
     "gpu": ("orin_rl.envs.gpu", "GPU-native envs stepping on the learner's device", None),
     "mjlab": ("orin_rl.envs.mjlab", "mjlab's robot tasks (Isaac Lab's manager API on MuJoCo Warp)",
-              "Mjlab-"),
+              ("Mjlab-", "Orin-Velocity-")),
 }  # fmt: skip
-"""name -> (module holding ``make_vec_env``, one line of what it is, the id prefix it claims)."""
+"""name -> (module holding ``make_vec_env``, one line of what it is, the id prefixes it claims:
+mjlab's own ``Mjlab-...`` and orin_rl's mjlab tasks, ``Orin-Velocity-...``)."""
 
 
 def names() -> list[str]:
@@ -27,7 +28,8 @@ def names() -> list[str]:
 
 def for_id(env_id: str, asked: str) -> str:
     """The backend for ``env_id``: the one asked for, except that the default ``gym`` yields
-    to a backend whose id prefix ``env_id`` has (``Mjlab-...`` is mjlab's)."""
+    to a backend whose id prefix ``env_id`` has (``Mjlab-...`` and ``Orin-Velocity-...`` are
+    mjlab's)."""
     if asked == "gym":
         for name, (_, _, prefix) in BACKENDS.items():
             if prefix is not None and env_id.startswith(prefix):

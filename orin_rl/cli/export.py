@@ -35,7 +35,23 @@ def cmd_export(args: argparse.Namespace) -> int:
     for name, variant in info.variants.items():
         print(f"  {variant['onnx_file']}  {name}: {variant['parity']}")
     print(f"  export time  {result.export_time_s:.1f} s")
+    _robot_line(info.deploy)
     return 0
+
+
+def _robot_line(deploy: dict) -> None:
+    """What the deploy contract says of a real robot: a policy that reads a term a robot in
+    low-level mode does not report runs against the twin only (``run`` refuses the robot)."""
+    if not deploy:
+        return
+    from orin_rl.robot.contract import DeployContract
+
+    contract = DeployContract.from_dict(deploy)
+    refusal = contract.real_robot_refusal()
+    if refusal is not None:
+        print(f"  robot        twin only: {refusal}")
+    elif contract.robot:
+        print(f"  robot        {contract.robot}: the actor reads only what the robot reports")
 
 
 def _import_mjlab(args: argparse.Namespace) -> int:
@@ -61,4 +77,5 @@ def _import_mjlab(args: argparse.Namespace) -> int:
         f"  parity       max abs error {info.parity_max_abs_error:.3g} vs ONNX's reference "
         f"evaluator ({info.parity['observations']} observations of the task)"
     )
+    _robot_line(info.deploy)
     return 0

@@ -98,7 +98,7 @@ def train_flags(p: argparse.ArgumentParser) -> None:
         "--env-backend",
         choices=env_backends.names(),
         help="gym: gymnasium.vector on the CPU; gpu: GPU-native torch envs on the learner "
-        "device (default: gym; mjlab for Mjlab- ids)",
+        "device (default: gym; mjlab for Mjlab- and Orin-Velocity- ids)",
     )
     p.add_argument(
         "--precision",

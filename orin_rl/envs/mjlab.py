@@ -1,8 +1,8 @@
 """mjlab's robot tasks (Isaac Lab's manager API on MuJoCo Warp) as an orin_rl VecEnv.
 
 ``--env Mjlab-Velocity-Flat-Unitree-Go1`` (any id in mjlab's task registry, a user's own
-registered task package included) runs the task's own code unchanged: its rewards,
-terminations, curricula, events and commands. The adapter only
+registered task package and orin_rl's own tasks, ``mjlab_tasks``, included) runs the task's
+own code unchanged: its rewards, terminations, curricula, events and commands. The adapter only
 
 - concatenates the ``actor`` and ``critic`` observation groups into one vector and declares
   where each lies (``obs_groups``), so the rollout storage keeps both and the policy's actor
@@ -47,8 +47,9 @@ from orin_rl.envs.mjlab_noise import init_warp, known_warnings_filtered
 
 log = logging.getLogger(__name__)
 
-PREFIX = "Mjlab-"
-"""mjlab's task ids start with this; ``envs.make`` sends them to this backend."""
+PREFIX = ("Mjlab-", "Orin-Velocity-")
+"""mjlab's task ids and orin_rl's own mjlab tasks (``mjlab_tasks``) start with one of these;
+``envs.make`` sends them to this backend."""
 INSTALL_HINT = "install the mjlab extra: pip install 'orin-rl[mjlab]'"
 ACTOR_GROUPS = ("actor", "policy")
 """Observation group the policy reads (mjlab 1.6 names it ``actor``; older tasks ``policy``)."""
@@ -74,6 +75,10 @@ def import_mjlab() -> Any:
         with _quiet():
             import mjlab.tasks  # noqa: F401  # registers mjlab's own tasks
             from mjlab.tasks import registry
+
+            from orin_rl.envs.mjlab_tasks import register
+
+            register()  # orin_rl's own (Orin-Velocity-Flat-Unitree-G1-Real), beside mjlab's
     except ImportError as exc:
         raise EnvError(f"mjlab tasks need mjlab ({exc}); {INSTALL_HINT}") from None
     import importlib

@@ -14,6 +14,7 @@ What each observation ``source`` means on a robot (``observations.ObservationBui
 ================== ===========================================================================
 ``base_lin_vel``   the base's linear velocity in its own frame (a state estimator; not in
                    Unitree's LowState: the twin publishes it, a real robot needs an estimator)
+                   **not reported by a real robot in low-level mode** (``ROBOT_REPORTS``)
 ``gyro``           the IMU's angular velocity (LowState ``imu_state.gyroscope``)
 ``projected_gravity`` gravity in the base frame, from the IMU quaternion (w, x, y, z)
 ``joint_pos_rel``  joint positions (policy order) minus the default pose
@@ -41,6 +42,20 @@ SOURCES = (
     "command",
 )
 """Observation sources a robot state provides (module docstring)."""
+ROBOT_REPORTS = (
+    "gyro",
+    "projected_gravity",
+    "joint_pos_rel",
+    "joint_vel_rel",
+    "last_action",
+    "command",
+)
+"""Sources a real robot in low-level mode reports: ``rt/lowstate`` (IMU, motors), the
+operator's command, the policy's own output. ``base_lin_vel`` is not one: with the motion
+service released no ``rt/sportmodestate`` comes (the twin publishes it)."""
+ROBOT_TASKS = {"unitree-g1": "Orin-Velocity-Flat-Unitree-G1-Real"}
+"""Per robot, a velocity task whose actor reads only ``ROBOT_REPORTS`` (``envs.mjlab_tasks``):
+what to train instead."""
 
 
 @dataclass
@@ -59,6 +74,13 @@ class ObservationTerm:
     """[low, high] before the scale, or None."""
     history_length: int = 0
     """Frames kept (0: the current one only); oldest first in the input."""
+    robot_reports: bool | None = None
+    """Whether a real robot in low-level mode reports it (``source`` in ``ROBOT_REPORTS``);
+    False: only the twin publishes it. Filled from ``source`` where absent (older bundles)."""
+
+    def __post_init__(self) -> None:
+        if self.robot_reports is None:
+            self.robot_reports = self.source in ROBOT_REPORTS
 
 
 @dataclass
@@ -140,6 +162,11 @@ class DeployContract:
             value = getattr(self, name)
             if value and len(value) != n:
                 raise RobotError(f"{source}: {name} has {len(value)} values for {n} joints")
+        for term in self.observations:
+            if term.robot_reports != (term.source in ROBOT_REPORTS):
+                raise RobotError(f"{source}: term {term.name!r} says robot_reports "
+                                 f"{term.robot_reports}, but its source is {term.source!r}; "
+                                 "export the bundle again")  # fmt: skip
         if not (self.step_dt > 0 and math.isfinite(self.step_dt)):
             raise RobotError(f"{source}: step_dt must be a positive period, got {self.step_dt}")
         _check_finite(asdict(self), source)
@@ -147,6 +174,26 @@ class DeployContract:
     def unsupported_terms(self) -> list[str]:
         """Observation terms a robot state does not provide (a height scan, ...)."""
         return [f"{t.name} ({t.source})" for t in self.observations if t.source not in SOURCES]
+
+    def twin_only_terms(self) -> list[str]:
+        """Terms a robot state carries only from the twin (``base_lin_vel``): a real robot in
+        low-level mode does not report them."""
+        return [t.name for t in self.observations if t.source in SOURCES and not t.robot_reports]
+
+    def real_robot_refusal(self) -> str | None:
+        """One line refusing this policy on a real robot (the terms it lacks, what to train),
+        or None where the actor reads only what the robot reports."""
+        terms = self.twin_only_terms()
+        if not terms:
+            return None
+        robot = self.robot or "robot"
+        task = ROBOT_TASKS.get(robot)
+        remedy = "train a policy without it" + (f" (to walk: {task})" if task else "")
+        twin = "; only the twin (`orin-rl sim-robot`) publishes it" if self.robot else ""
+        return (
+            f"the policy reads {', '.join(terms)}, which a real {robot} in low-level mode does "
+            f"not report (no rt/sportmodestate): {remedy}{twin}"
+        )
 
     def command_ranges(self) -> list[list[float]]:
         """[low, high] of each command element, in the command term's order."""

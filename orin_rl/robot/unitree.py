@@ -221,6 +221,7 @@ class UnitreePlant:
                     "or `orin-rl sim-robot`, running on that domain and interface?"
                 )
             time.sleep(0.005)
+        check_reported(self)
         while self.needs_velocity and self._velocity_w is None:
             if time.monotonic() > deadline:
                 self.close()
@@ -311,6 +312,23 @@ class UnitreePlant:
             "command_messages": self.counts["commands"],
             **self.machine.report(),
         }
+
+
+def check_reported(plant: UnitreePlant) -> None:
+    """Before any stiffness: a real robot (LowState's ``mode_machine`` non-zero) is refused a
+    policy that reads a term it does not report in low-level mode (``base_lin_vel``), in one
+    line naming the term and the task to train; a simulator (``mode_machine`` 0: the twin,
+    unitree_mujoco), which publishes it, runs it with a warning."""
+    refusal = plant.contract.real_robot_refusal()
+    if refusal is None:
+        return
+    with plant._lock:
+        mode_machine = int(plant._state["mode_machine"])
+    if mode_machine == 0:
+        log.warning("%s; running it against a simulator (mode_machine 0)", refusal)
+        return
+    plant.close()
+    raise RobotError(f"{plant.spec.name} (mode_machine {mode_machine}): {refusal}")
 
 
 def _robot_spec(robot: str, contract: DeployContract) -> RobotSpec:

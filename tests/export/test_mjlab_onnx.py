@@ -30,6 +30,11 @@ GO1 = "Mjlab-Velocity-Flat-Unitree-Go1"
 def mjlab_export(tmp_path_factory):
     """mjlab's velocity runner saving a checkpoint: the .onnx with its metadata, and the
     PyTorch module it exported (rsl_rl's ``as_onnx``), with fresh random weights."""
+    return _mjlab_export(GO1, tmp_path_factory.mktemp("mjlab_run"))
+
+
+def _mjlab_export(task: str, folder):
+    """``task``'s mjlab runner saving a checkpoint into ``folder`` (``mjlab_export``)."""
     from mjlab.envs import ManagerBasedRlEnv
     from mjlab.rl import RslRlVecEnvWrapper
     from mjlab.tasks.velocity.rl.runner import VelocityOnPolicyRunner
@@ -37,10 +42,9 @@ def mjlab_export(tmp_path_factory):
     from orin_rl.envs.mjlab import import_mjlab
 
     registry = import_mjlab()
-    cfg = registry.load_env_cfg(GO1)
+    cfg = registry.load_env_cfg(task)
     cfg.scene.num_envs = 2
-    agent = registry.load_rl_cfg(GO1)
-    folder = tmp_path_factory.mktemp("mjlab_run")
+    agent = registry.load_rl_cfg(task)
     env = ManagerBasedRlEnv(cfg=cfg, device="cpu")
     runner = VelocityOnPolicyRunner(
         RslRlVecEnvWrapper(env, clip_actions=agent.clip_actions),
@@ -138,3 +142,24 @@ def test_run_and_eval_need_the_task_with_the_bare_file(mjlab_export, tmp_path):
         )
         assert proc.returncode == 2, proc.stderr[-2000:]
         assert "the environment is unknown; pass --env ID" in proc.stderr, proc.stderr
+
+
+def test_exporting_mjlabs_g1_policy_says_it_runs_on_the_twin_only(tmp_path, capsys):
+    """``orin-rl export G1.onnx --env Mjlab-Velocity-Flat-Unitree-G1``: mjlab's G1 actor
+    reads ``base_lin_vel``, which a real G1 in low-level mode does not report; the export
+    says so in one line naming the task to train, and the bundle's contract records it
+    (mutation: ``_robot_line`` not called: nothing said)."""
+    from orin_rl import cli
+
+    (tmp_path / "run").mkdir()
+    path, _ = _mjlab_export("Mjlab-Velocity-Flat-Unitree-G1", tmp_path / "run")
+    out = tmp_path / "bundle"
+    capsys.readouterr()  # mjlab's own tables
+    assert cli.main(["-q", "export", str(path), "--env", "Mjlab-Velocity-Flat-Unitree-G1",
+                     "--out", str(out)]) == 0  # fmt: skip
+    lines = [x for x in capsys.readouterr().out.splitlines() if x.startswith("  robot ")]
+    assert len(lines) == 1, lines
+    assert "twin only" in lines[0] and "base_lin_vel" in lines[0], lines[0]
+    assert "Orin-Velocity-Flat-Unitree-G1-Real" in lines[0], lines[0]
+    info, _ = load_bundle(out)
+    assert info.deploy["observations"][0]["robot_reports"] is False

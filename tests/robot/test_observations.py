@@ -26,6 +26,14 @@ from orin_rl.robot.observations import (
 )
 
 G1 = "Mjlab-Velocity-Flat-Unitree-G1"
+REAL_G1 = "Orin-Velocity-Flat-Unitree-G1-Real"
+BUILT = {
+    G1: (99, ["base_lin_vel", "gyro", "projected_gravity", "joint_pos_rel", "joint_vel_rel",
+              "last_action", "command"], 200),
+    REAL_G1: (96, ["gyro", "projected_gravity", "joint_pos_rel", "joint_vel_rel",
+                   "last_action", "command"], 60),
+}  # fmt: skip
+"""Per task: the actor's width, its terms' sources, the steps the builder is held over."""
 
 
 def _quat_about(axis, angle):
@@ -107,15 +115,15 @@ def test_terms_a_robot_does_not_have_and_bad_widths_are_one_line():
         velocity.build(state, np.zeros(3))
 
 
-@pytest.fixture(scope="module")
-def g1_world():
+@pytest.fixture(scope="module", params=list(BUILT))
+def g1_world(request):
     if os.environ.get("ORIN_RL_REQUIRE_MJLAB") != "1":
         pytest.importorskip("mjlab", reason="needs the mjlab extra: pip install -e '.[mjlab]'")
     from orin_rl.envs.base import EnvOptions
     from orin_rl.envs.mjlab import MjlabVecEnv
 
     options = EnvOptions(seed=5, evaluation=True, max_episode_steps=30)
-    vec = MjlabVecEnv(G1, 3, "cpu", options)
+    vec = MjlabVecEnv(request.param, 3, "cpu", options)
     yield vec
     vec.close()
 
@@ -179,21 +187,25 @@ def _drive(vec, contract, steps, quaternion_order="wxyz", motor_index=None):
 
 
 def test_the_builder_is_the_tasks_actor_observation(g1_world):
-    """200 steps of 3 G1 worlds with resets: the builder's input equals the task's to 1e-6
-    (mutations: a swapped pair of joints in the motor map, a w-last quaternion, the action
-    kept across the task's reset (no builder reset): each departs by far more; measured
-    here: 1.2e-7 worst, 1.75 without the reset)."""
+    """200 steps of 3 G1 worlds with resets (mjlab's G1; 60 of the task without
+    ``base_lin_vel``, 96 wide): the builder's input equals the task's to 1e-6 (mutations: a
+    swapped pair of joints in the motor map, a w-last quaternion, the action kept across the
+    task's reset (no builder reset), joint positions not made relative to the default pose
+    (the task without ``base_lin_vel``: 0.67): each departs by far more; measured here: 1.2e-7
+    worst, 1.75 without the reset)."""
     from orin_rl.envs.mjlab_contract import deploy_contract
 
-    contract = deploy_contract(g1_world.env, G1)
-    assert contract.robot == "unitree-g1" and contract.obs_dim == 99
-    assert [t.source for t in contract.observations] == [
-        "base_lin_vel", "gyro", "projected_gravity", "joint_pos_rel", "joint_vel_rel",
-        "last_action", "command",
-    ]  # fmt: skip
-    worst, resets = _drive(g1_world, contract, 200)
-    assert resets >= 6, resets  # time-outs (and falls) came into it
+    task = g1_world.env_id
+    width, sources, steps = BUILT[task]
+    contract = deploy_contract(g1_world.env, task)
+    assert contract.robot == "unitree-g1" and contract.obs_dim == width
+    assert g1_world.obs_groups["actor"] == [0, width]
+    assert [t.source for t in contract.observations] == sources
+    worst, resets = _drive(g1_world, contract, steps)
+    assert resets >= steps // 30, resets  # time-outs (and falls) came into it
     assert worst < 1e-6, worst
+    if task != G1:  # the maps below are the same for both tasks: checked once
+        return
     swapped = list(contract.motor_index)
     swapped[0], swapped[6] = swapped[6], swapped[0]  # left and right hip pitch
     assert _drive(g1_world, contract, 20, motor_index=swapped)[0] > 1e-2

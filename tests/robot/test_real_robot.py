@@ -1,0 +1,173 @@
+"""A real robot in low-level mode reports no base linear velocity (no ``rt/sportmodestate``
+once the motion service is released): the contract of ``Orin-Velocity-Flat-Unitree-G1-Real``
+reads nothing a G1 lacks, mjlab's own G1 contract does, and ``orin-rl run --plant unitree-g1``
+refuses such a policy on a real robot in one line (the twin, which publishes the velocity,
+runs it with a warning). Issue 51, item 1."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from orin_rl.robot import RobotError
+from orin_rl.robot.contract import DeployContract
+from tests.robot.conftest import linear_bundle, require_dds, require_mjlab
+
+REAL_G1 = "Orin-Velocity-Flat-Unitree-G1-Real"
+
+
+@pytest.fixture(scope="module")
+def real_contract() -> dict:
+    """``policy.json``'s ``deploy`` for ``Orin-Velocity-Flat-Unitree-G1-Real``."""
+    require_mjlab()
+    from orin_rl.envs.base import EnvOptions
+    from orin_rl.envs.mjlab import MjlabVecEnv
+
+    vec = MjlabVecEnv(REAL_G1, 1, "cpu", EnvOptions(seed=0))
+    try:
+        return vec.deploy_contract()
+    finally:
+        vec.close()
+
+
+def test_the_real_g1_contract_reads_only_what_a_g1_reports_and_mjlabs_g1_does_not(
+    real_contract, g1_contract
+):
+    """Every term of the new task's actor has a source a real G1 reports, so the plant
+    subscribes no ``rt/sportmodestate``; mjlab's G1 reads ``base_lin_vel``, refused on a real
+    robot in one line naming the term and the task to train (mutation: ``base_lin_vel`` in
+    ``ROBOT_REPORTS``: mjlab's G1 passes as a real robot's policy)."""
+    real = DeployContract.from_dict(real_contract)
+    assert real.robot == "unitree-g1" and real.obs_dim == 96
+    assert [t.source for t in real.observations] == [
+        "gyro", "projected_gravity", "joint_pos_rel", "joint_vel_rel", "last_action", "command",
+    ]  # fmt: skip
+    assert all(t["robot_reports"] is True for t in real_contract["observations"])  # policy.json
+    assert real.twin_only_terms() == [] and real.real_robot_refusal() is None
+    assert not any(t.source == "base_lin_vel" for t in real.observations)
+
+    mjlab_g1 = DeployContract.from_dict(g1_contract)
+    assert mjlab_g1.twin_only_terms() == ["base_lin_vel"]
+    assert [t["robot_reports"] for t in g1_contract["observations"]][:2] == [False, True]
+    refusal = mjlab_g1.real_robot_refusal()
+    assert "base_lin_vel" in refusal and REAL_G1 in refusal and "\n" not in refusal
+
+
+def test_policy_json_without_the_flag_is_read_and_a_wrong_flag_is_refused(g1_contract):
+    """A bundle exported before the flag existed gets it from the source; one that claims a
+    real robot reports ``base_lin_vel`` is refused (mutation: ``check`` without the flag's
+    consistency: the claim passes)."""
+    old = {**g1_contract, "observations": [dict(t) for t in g1_contract["observations"]]}
+    for term in old["observations"]:
+        del term["robot_reports"]
+    assert DeployContract.from_dict(old).twin_only_terms() == ["base_lin_vel"]
+    old["observations"][0]["robot_reports"] = True
+    with pytest.raises(RobotError, match=r"'base_lin_vel' says robot_reports True"):
+        DeployContract.from_dict(old)
+
+
+class LowStateOnly(threading.Thread):
+    """A robot on the wire without physics: LowState_ at 500 Hz with ``mode_machine`` (5: a
+    real G1 29-DoF; 0: a simulator), ``rt/sportmodestate`` only where ``sport``; its joints go
+    where commands with stiffness put them; counts the commands it takes and records the
+    largest kp among them."""
+
+    def __init__(self, domain: int, contract: DeployContract, mode_machine: int, sport: bool):
+        super().__init__(daemon=True)
+        from orin_rl.robot import unitree_msgs as msgs
+        from orin_rl.robot.wire import Endpoint, Layout, participant
+
+        self.dp = participant(domain, "lo")
+        self.out = Endpoint(self.dp, msgs.LOWSTATE, msgs.HgLowState, "writer")
+        self.sport = Endpoint(self.dp, msgs.SPORTSTATE, msgs.GoSportModeState, "writer")
+        self.sport_bytes = bytes(Layout(msgs.GoSportModeState).encode({})) if sport else None
+        self.cmd = Endpoint(self.dp, msgs.LOWCMD, msgs.HgLowCmd, "reader")
+        self.state_layout, self.cmd_layout = Layout(msgs.HgLowState), Layout(msgs.HgLowCmd)
+        self.q = np.zeros(35)
+        self.q[contract.motor_index] = contract.default_joint_pos
+        self.mode_machine = mode_machine
+        self.max_kp = 0.0
+        self.commands = 0
+        self.running = True
+
+    def run(self):
+        while self.running:
+            data = self.cmd.take_latest()
+            if data is not None:
+                c = self.cmd_layout.decode(data, ("motor_cmd[].q", "motor_cmd[].kp"))
+                self.commands += 1
+                self.max_kp = max(self.max_kp, float(c["motor_cmd[].kp"].max()))
+                stiff = c["motor_cmd[].kp"] > 0
+                self.q[stiff] = c["motor_cmd[].q"][stiff]
+            self.out.write(self.state_layout.encode({
+                "mode_machine": self.mode_machine, "imu_state.quaternion": [1.0, 0, 0, 0],
+                "motor_state[].q": self.q}))  # fmt: skip
+            if self.sport_bytes is not None:
+                self.sport.write(self.sport_bytes)
+            time.sleep(0.002)
+
+
+def test_run_refuses_mjlabs_g1_on_a_real_g1_in_one_line(g1_contract, tmp_path):
+    """``orin-rl run --plant unitree-g1`` against a real G1 (``mode_machine`` 5, no
+    ``rt/sportmodestate``) with mjlab's G1 policy: one line naming ``base_lin_vel`` and the
+    task to train, exit 2, no stiffness ever sent (mutation: no ``check_reported`` call in
+    the start-up: the plant waited out its 5 s for a velocity and said "a state estimator, or
+    a policy trained without it", naming no task)."""
+    require_dds()
+    contract = DeployContract.from_dict(g1_contract)
+    bundle = linear_bundle(tmp_path / "bundle", g1_contract)
+    robot = LowStateOnly(26, contract, mode_machine=5, sport=False)
+    robot.start()
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "orin_rl.cli", "-q", "run", "--model", str(bundle),
+             "--plant", "unitree-g1", "--dds-domain", "26", "--dds-interface", "lo",
+             "--steps", "5"],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+    finally:
+        robot.running = False
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    lines = [x for x in proc.stderr.splitlines() if x.startswith("orin-rl run:")]
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert "base_lin_vel" in lines[0] and REAL_G1 in lines[0], lines[0]
+    assert robot.commands > 0 and robot.max_kp == 0.0  # damping only reached it
+
+
+def test_the_twin_runs_mjlabs_g1_with_a_warning_and_a_g1_runs_the_real_task(
+    g1_contract, real_contract, caplog
+):
+    """A simulator (``mode_machine`` 0, publishing the velocity) stands mjlab's G1 policy up
+    with a warning naming ``base_lin_vel`` (mutation: the warning dropped); a real G1 with
+    no ``rt/sportmodestate`` stands the new task's policy up, the plant subscribing no
+    ``rt/sportmodestate``."""
+    require_dds()
+    from orin_rl.robot.safety import Mode, SafetyConfig
+    from orin_rl.robot.unitree import UnitreePlant
+
+    for domain, deploy, mode_machine, sport in ((27, g1_contract, 0, True),
+                                                (28, real_contract, 5, False)):  # fmt: skip
+        contract = DeployContract.from_dict(deploy)
+        robot = LowStateOnly(domain, contract, mode_machine, sport)
+        robot.start()
+        caplog.clear()
+        plant = UnitreePlant(contract, domain=domain, interface="lo",
+                             safety=SafetyConfig(stand_s=0.2))  # fmt: skip
+        try:
+            with caplog.at_level(logging.WARNING, logger="orin_rl.robot.unitree"):
+                plant.start(wait_s=5.0)
+            assert plant.machine.mode is Mode.POLICY, plant.machine.transitions
+        finally:
+            plant.close()
+            robot.running = False
+        warned = [r.getMessage() for r in caplog.records if "base_lin_vel" in r.getMessage()]
+        if sport:
+            assert len(warned) == 1 and REAL_G1 in warned[0], caplog.records
+        else:
+            assert plant.sport_in is None and warned == []
