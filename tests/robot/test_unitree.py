@@ -50,8 +50,9 @@ def test_a_tilted_robot_is_never_stood_up(contract):
 
 
 def test_a_network_interface_that_is_not_there_is_one_line(tmp_path, g1_contract):
-    """``--dds-interface`` naming no interface: CycloneDDS's exception became a traceback
-    (mutation: the RobotError wrapping removed)."""
+    """``--dds-interface`` naming no interface: CycloneDDS's exception became a traceback, and
+    CycloneDDS printed its own line before ours (mutations: the RobotError wrapping removed;
+    no interface check before CycloneDDS: its raw line comes back)."""
     bundle = linear_bundle(tmp_path / "bundle", g1_contract)
     proc = subprocess.run(
         [sys.executable, "-m", "orin_rl.cli", "-q", "run", "--model", str(bundle), "--plant",
@@ -61,6 +62,7 @@ def test_a_network_interface_that_is_not_there_is_one_line(tmp_path, g1_contract
     assert proc.returncode == 2, proc.stderr[-2000:]
     lines = [x for x in proc.stderr.splitlines() if x.startswith("orin-rl run:")]
     assert len(lines) == 1 and "nosuchif0" in lines[0] and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines() == lines, proc.stderr
 
 
 def test_a_slow_policy_and_a_silent_robot_are_stopped(contract):
