@@ -171,7 +171,7 @@ class StatusPrinter:
             self._line(f"  tick {t['tick']:>6}  {t['time_s']:8.3f} s  {t['from']} -> "
                        f"{t['to']}: {t['cause']}")  # fmt: skip
         self.shown = len(status["transitions"])
-        if status["phase"] != self.phase and status["mode"] != "stopped":
+        if status["phase"] not in (self.phase, "") and status["mode"] != "stopped":
             self.phase = status["phase"]
             self._line(f"status       {self.phase}")
         text = status_line(status)

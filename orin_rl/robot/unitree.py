@@ -134,7 +134,7 @@ class UnitreePlant:
         self.sticks = StickCommand(self.ranges) if remote else None
         self.pad = RemoteState()
         self._asked: dict[str, bool] = {"stand": False, "policy": False}
-        self.phase = "waiting for the robot"
+        self.phase = ""
         self.rate_hz = rate_hz
         self.codec = HgCodec()
         from orin_rl.robot import unitree_msgs as msgs
@@ -157,6 +157,7 @@ class UnitreePlant:
         self._t0 = time.monotonic()
         self.counts = {"states": 0, "commands": 0, "ticks": 0}
         self._errors: list[float] = []
+        self._command_range: tuple[np.ndarray, np.ndarray] | None = None
         self._speeds: list[float] = []
         self.description = {"plant": self.spec.name, "dds_domain": domain,
                             "dds_interface": interface or "default"}  # fmt: skip
@@ -349,10 +350,17 @@ class UnitreePlant:
             velocity,
         )
         command = clamp(self._command(), self.ranges)
-        if velocity is not None and len(command) >= 2 and self.machine.mode is Mode.POLICY:
+        if self.machine.mode is Mode.POLICY:
+            self._track(command, velocity)
+        return self.builder.build(robot, command)[None]
+
+    def _track(self, command: np.ndarray, velocity: np.ndarray | None) -> None:
+        """The report's figures of a policy tick: the commands' range, the tracking error."""
+        low, high = (command, command) if self._command_range is None else self._command_range
+        self._command_range = (np.minimum(low, command), np.maximum(high, command))
+        if velocity is not None and len(command) >= 2:
             self._errors.append(float(np.linalg.norm(command[:2] - velocity[:2])))
             self._speeds.append(float(velocity[0]))
-        return self.builder.build(robot, command)[None]
 
     def _command(self) -> np.ndarray:
         if self.sticks is not None:
@@ -396,6 +404,9 @@ class UnitreePlant:
             "falls": falls,
             "tracking_error": float(np.mean(self._errors)) if self._errors else None,
             "forward_velocity": float(np.mean(self._speeds)) if self._speeds else None,
+            "command_range": None  # [min, max] of each command over the policy's ticks
+            if self._command_range is None
+            else [r.tolist() for r in self._command_range],
             "state_messages": self.counts["states"],
             "command_messages": self.counts["commands"],
             **self.machine.report(),
