@@ -14,6 +14,7 @@ from orin_rl.cli.common import (
     _backend_options,
     env_kwargs_arg,
     output_file,
+    plural,
 )
 
 
@@ -53,7 +54,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     lat = report["latency_us"]
     returns = report["episode_returns"]
     mean_return = (
-        f"{np.mean(returns):.1f} over {len(returns)} episodes" if returns else "no episode ended"
+        f"{np.mean(returns):.1f} over {plural(len(returns), 'episode')}"
+        if returns
+        else "no episode ended"
     )
     where = report.get("provider") or report.get("mode") or ""
     if report.get("precision"):
