@@ -1,7 +1,9 @@
 """README "Deploy to a Unitree G1": its sim-to-sim block runs as written (issue 51): the twin
 with the scripted remote of docs/examples/g1_remote.json, and ``run --command remote`` driven
 by it through passive → stand → policy → the remote's stop, exit 0, in that order in the
-report. One twin, loopback DDS, bounded in time."""
+report; then the same twin (back in its start pose) serves a second run, whose plant stands it
+up, runs the policy and is stopped by the watchdog when the twin is killed. One twin (its
+model's build is most of the time), loopback DDS, bounded in time."""
 
 from __future__ import annotations
 
@@ -10,13 +12,20 @@ import re
 import shlex
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from tests.robot.conftest import linear_bundle, require_dds
 
 require_dds()
+
+from orin_rl.robot.contract import DeployContract  # noqa: E402
+from orin_rl.robot.safety import Mode  # noqa: E402
+from orin_rl.robot.unitree import UnitreePlant  # noqa: E402
+from orin_rl.runtime.loop import ControlLoop, LoopConfig  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 DOMAIN = "35"
@@ -49,15 +58,16 @@ def test_the_readme_sim_to_sim_block_runs_as_written(tmp_path, g1_contract):
         return [sys.executable, "-m", "orin_rl.cli", "-q", *args[1:]]
 
     twin = subprocess.Popen([*argv(twin_line), "--hold-s", "60", "--report", "twin.json"],
-                            cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            text=True)  # fmt: skip
+                            cwd=tmp_path, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)  # fmt: skip
     try:
         run = subprocess.run(argv(run_line), cwd=tmp_path, capture_output=True, text=True,
                              timeout=240)  # fmt: skip
+        assert run.returncode == 0, (run.stdout, run.stderr)
+        _stand_up_then_kill_the_twin(twin, g1_contract)
     finally:
-        twin.terminate()
-        twin.wait(timeout=30)
-    assert run.returncode == 0, (run.stdout, run.stderr, twin.stderr.read())
+        if twin.poll() is None:
+            twin.kill()
     report = json.loads((tmp_path / "sim2sim.json").read_text())
     steps = [(t["from"], t["to"], t["cause"]) for t in report["transitions"]]
     assert [s[:2] for s in steps] == [("passive", "stand"), ("stand", "policy"),
@@ -76,4 +86,36 @@ def test_the_readme_sim_to_sim_block_runs_as_written(tmp_path, g1_contract):
     out = run.stdout
     assert "L2+up stand" in out and "waiting up to 60 s" in out, out
     assert out.index("passive -> stand") < out.index("stand -> policy") < out.index("end "), out
-    assert json.loads((tmp_path / "twin.json").read_text())["bad_crc"] == 0
+    seen = json.loads((tmp_path / "twin.json").read_text())
+    assert seen["commands"] > 500 and seen["bad_crc"] == 0 and seen["resets"] >= 1, seen
+
+
+def _stand_up_then_kill_the_twin(twin: subprocess.Popen, g1_contract: dict) -> None:
+    """The second run on the twin (it was reset 1 s after the first): the stand-up brings
+    every joint within 0.2 rad of the default pose, 50 policy ticks run on time, every
+    command's CRC checks out at the twin; then the twin is killed and the watchdog stops the
+    run (mutation: a wrong CRC: the twin executes none)."""
+    contract = DeployContract.from_dict(g1_contract)
+    plant = UnitreePlant(contract, domain=int(DOMAIN), interface="lo")
+    time.sleep(1.5)  # the twin's reset after the first run's last command
+    plant.start(wait_s=30.0)
+    assert plant.machine.mode is Mode.POLICY, plant.machine.transitions
+    error = np.max(np.abs(plant._q() - np.asarray(contract.default_joint_pos)))
+    assert error < 0.2, error
+    zero = np.zeros((1, contract.num_joints), np.float32)
+    modes = []
+
+    def kill_at_50(obs):
+        modes.append(plant.machine.mode)
+        if len(modes) == 50:
+            twin.terminate()
+        return zero
+
+    cfg = LoopConfig(rate_hz=50.0, iterations=150)
+    result = ControlLoop(plant.sensor, kill_at_50, plant.actuate, cfg,
+                         should_stop=plant.should_stop).run()  # fmt: skip
+    plant.close()
+    assert modes[:50] == [Mode.POLICY] * 50 and result.iterations < 150
+    stop = plant.machine.transitions[2]
+    assert "silent" in stop["cause"] and stop["tick"] >= 50, plant.machine.transitions
+    twin.wait(timeout=10)

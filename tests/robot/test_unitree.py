@@ -1,7 +1,7 @@
-"""The G1 plant over DDS on loopback (``lo``), against a robot stand-in on the same wire and
-against the MuJoCo twin in its own process: stand-up, policy ticks, and the latched stops
-(a tilted robot, a killed twin, a non-finite action, a slow policy). Each test bounds its
-time and its domain id is its own."""
+"""The G1 plant over DDS on loopback (``lo``), against a robot stand-in on the same wire:
+stand-up, policy ticks, and the latched stops (a tilted robot, a non-finite action, a slow
+policy, a silent robot); the twin's stand-up and a killed twin are in test_deploy_readme.py
+(one twin serves both). Each test bounds its time and its domain id is its own."""
 
 from __future__ import annotations
 
@@ -123,44 +123,3 @@ def test_a_non_finite_model_output_stops_the_robot(g1_contract, tmp_path):
     assert report["transitions"][-1]["cause"].startswith("non-finite"), [
         t["cause"] for t in report["transitions"]
     ]
-
-
-def test_the_twin_stands_up_runs_the_policy_and_a_killed_twin_stops_it(g1_contract, tmp_path):
-    """``orin-rl sim-robot`` in its own process (held on its gantry), the plant over DDS: the
-    stand-up brings every joint within 0.2 rad of the default pose, 50 policy ticks run on
-    time, every command's CRC checks out at the twin; then the twin is killed and the
-    watchdog stops the run (mutation: a wrong CRC: the twin executes none)."""
-    contract = DeployContract.from_dict(g1_contract)
-    report = tmp_path / "twin.json"
-    twin = subprocess.Popen(
-        [sys.executable, "-m", "orin_rl.cli", "-q", "sim-robot", "--dds-domain", "24",
-         "--dds-interface", "lo", "--hold-s", "60", "--seconds", "60", "--report", str(report)],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-    )  # fmt: skip
-    try:
-        plant = UnitreePlant(contract, domain=24, interface="lo")
-        plant.start(wait_s=45.0)  # the twin builds the task's model first
-        error = np.max(np.abs(plant._q() - np.asarray(contract.default_joint_pos)))
-        assert error < 0.2, error
-        zero = np.zeros((1, contract.num_joints), np.float32)
-        modes = []
-
-        def kill_at_50(obs):
-            modes.append(plant.machine.mode)
-            if len(modes) == 50:
-                twin.terminate()
-            return zero
-
-        result = _loop(plant, kill_at_50, 150)
-        plant.close()
-        assert modes[:50] == [Mode.POLICY] * 50 and result.iterations < 150
-        stop = plant.machine.transitions[2]
-        assert "silent" in stop["cause"] and stop["tick"] >= 50, plant.machine.transitions
-        twin.wait(timeout=10)
-    finally:
-        if twin.poll() is None:
-            twin.kill()
-    import json
-
-    seen = json.loads(report.read_text())
-    assert seen["commands"] > 500 and seen["bad_crc"] == 0, seen
