@@ -111,8 +111,10 @@ ROBOT_COMMANDS = [
         (
             "Step the task's robot model in MuJoCo (CPU) and speak Unitree SDK2 over DDS as "
             "the robot does: rt/lowcmd in (CRC checked, PD at every physics step), rt/lowstate "
-            "and rt/sportmodestate out after each step. Then: orin-rl run --model BUNDLE "
-            "--plant unitree-g1 --dds-domain 1 --dds-interface lo. Stops on Ctrl-C."
+            "and rt/sportmodestate out after each step, with --remote-script's remote in "
+            "wireless_remote. Then: orin-rl run --model BUNDLE --plant unitree-g1 --dds-domain 1 "
+            "--dds-interface lo --command remote. Back in its start pose 1 s after each run. "
+            "Stops on Ctrl-C."
         ),
     ),
     (

@@ -36,6 +36,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     }
     if args.plant:
         return _run_robot(args, loop)
+    for flag in ROBOT_FLAGS:
+        if _given(args, flag):
+            raise UsageError(f"{flag} drives a robot: add --plant unitree-g1, or drop it")
     report = run_policy(
         args.model,
         args.backend,
@@ -88,6 +91,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 EXIT_CODES = {"steps": 0, "operator stop": 0, "safety stop": 3, "interrupted": 130,
               "terminated": 143}  # fmt: skip
 """``run --plant``'s exit code for each way a run ends (``runtime.robot_run.ENDS``)."""
+ROBOT_FLAGS = ("--command", "--command-every", "--dds-domain", "--dds-interface", "--stand-s",
+               "--tilt-limit", "--wait-s")  # fmt: skip
+"""Flags that mean something only with ``--plant`` (refused without it)."""
 PLANT_OVERRIDES = ("--rate", "--env", "--env-kwargs", "--plant-device")
 """Flags of a simulated run that a robot plant decides itself (its contract's period, the
 robot): refused with ``--plant``."""
@@ -153,6 +159,12 @@ def _print_robot_summary(report: dict, args: argparse.Namespace) -> None:
     where = f"; report {args.report}" if args.report else ""
     print(f"end          {end} ({cause}): the robot was latched to damping; exit "
           f"{EXIT_CODES[end]}{where}")  # fmt: skip
+    stop = report["transitions"][-1] if report["transitions"] else None
+    if end == "safety stop" and stop and stop["from"] == "passive":
+        print(
+            "hint         stopped before the stand-up: set the robot upright and still on its "
+            "gantry (a twin is back in its start pose 1 s after a run), then run again"
+        )
 
 
 class StatusPrinter:

@@ -123,6 +123,8 @@ def test_a_safety_stop_in_any_phase_has_its_own_exit_code(bundle, tmp_path, g1_c
     cause = "tilt 1.20 rad" if phase == "start-up" else "silent"
     assert data["end"] == "safety stop" and cause in data["safety_stop"], data["transitions"]
     assert any(line.startswith("end          safety stop") for line in run.seen), run.seen
+    hinted = any(line.startswith("hint         stopped before the stand-up") for line in run.seen)
+    assert hinted == (phase == "start-up"), run.seen  # a fallen twin said nothing of a reset
 
 
 def test_a_second_publisher_of_the_robots_state_is_refused(g1_contract):
@@ -153,6 +155,16 @@ def test_a_flag_the_plant_overrides_is_refused(flag, capsys):
     rc = main(["-q", "run", "--model", "nowhere", "--plant", "unitree-g1", *flag])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and f"{flag[0]} does not apply" in err[0], err
+
+
+def test_a_robot_flag_without_a_plant_is_refused(capsys):
+    """``--command`` or ``--tilt-limit`` without ``--plant`` went unnoticed into a simulated
+    run (mutation: no check of the robot flags)."""
+    from orin_rl.cli.app import main
+
+    rc = main(["-q", "run", "--model", "nowhere", "--command", "0.5,0,0"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "--command drives a robot" in err[0], err
 
 
 def test_the_status_line_shows_what_the_operator_needs():
