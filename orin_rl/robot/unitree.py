@@ -183,8 +183,9 @@ class UnitreePlant:
         self.pad = pad
         if pad.held(COMBOS["stop"]):
             self.machine.stop(f"remote stop ({COMBOS['stop']})", safety=False)
-        elif self.sticks is not None:
-            for step in ("stand", "policy"):
+        elif self.sticks is not None:  # each combination counts in its own mode only
+            step = {Mode.PASSIVE: "stand", Mode.STAND: "policy"}.get(self.machine.mode)
+            if step is not None:
                 self._asked[step] |= pad.held(COMBOS[step])
 
     def _send(self) -> None:

@@ -101,6 +101,8 @@ class StandIn(threading.Thread):
         self.q = np.zeros(35)
         self.q[contract.motor_index] = np.asarray(contract.default_joint_pos) + 0.05
         self.quat = np.array([np.cos(tilt / 2), np.sin(tilt / 2), 0.0, 0.0])
+        self.remote = bytes(40)
+        """``wireless_remote``'s bytes in each state."""
         self.kp_seen: list[float] = []
         self.publishing = True
         self.running = True
@@ -115,6 +117,7 @@ class StandIn(threading.Thread):
                 self.q[stiff] = c["motor_cmd[].q"][stiff]
             if self.publishing:
                 self.out.write(self.state_layout.encode(
-                    {"imu_state.quaternion": self.quat, "motor_state[].q": self.q}))  # fmt: skip
+                    {"imu_state.quaternion": self.quat, "motor_state[].q": self.q,
+                     "wireless_remote": np.frombuffer(self.remote, np.uint8)}))  # fmt: skip
                 self.sport.write(self.sport_bytes)  # standing still
             time.sleep(0.002)

@@ -127,6 +127,46 @@ def test_a_safety_stop_in_any_phase_has_its_own_exit_code(bundle, tmp_path, g1_c
     assert hinted == (phase == "start-up"), run.seen  # a fallen twin said nothing of a reset
 
 
+def test_the_remotes_combinations_move_the_machine_each_in_its_own_mode(g1_contract):
+    """On the wire, as a robot forwards its remote: R1+X in passive does nothing; L2+up stands
+    the robot up, which then holds the pose (no policy) until R1+X; L2+B stops it, the
+    operator's stop, not a safety one (mutations: a combination counted in any mode: the
+    early R1+X starts the policy; the remote's stop recorded as a safety stop)."""
+    from orin_rl.robot.remote import COMBOS, RemoteState, combo_mask, encode
+    from orin_rl.robot.safety import Mode, SafetyConfig
+
+    def hold(combo: str | None) -> None:
+        robot.remote = encode(RemoteState(combo_mask(combo) if combo else 0))
+        time.sleep(0.1)
+
+    contract = DeployContract.from_dict(g1_contract)
+    robot = StandIn(26, contract)
+    robot.start()
+    plant = UnitreePlant(contract, domain=26, interface="lo", remote=True,
+                         safety=SafetyConfig(stand_s=0.2))  # fmt: skip
+    starter = threading.Thread(target=plant.start, kwargs={"wait_s": 10.0}, daemon=True)
+    try:
+        starter.start()
+        hold(COMBOS["policy"])  # too early: passive
+        hold(None)
+        assert plant.machine.mode is Mode.PASSIVE
+        hold(COMBOS["stand"])
+        hold(None)
+        time.sleep(0.5)  # the stand-up's 0.2 s are over and the pose is reached
+        assert plant.machine.mode is Mode.STAND
+        hold(COMBOS["policy"])
+        starter.join(timeout=5.0)
+        assert plant.machine.mode is Mode.POLICY
+        hold(COMBOS["stop"])
+        assert plant.machine.stopped and plant.machine.safety_stop is None
+    finally:
+        plant.close()
+        robot.running = False
+    causes = [t["cause"] for t in plant.machine.transitions]
+    assert causes[0] == "remote L2+up" and causes[1].startswith("remote R1+X"), causes
+    assert causes[2] == "remote stop (L2+B)", causes
+
+
 def test_a_second_publisher_of_the_robots_state_is_refused(g1_contract):
     """Two robots (or twins) on one domain went unnoticed, their states interleaved; the plant
     refuses before it drives anything (mutation: no count of rt/lowstate's publishers)."""
