@@ -9,6 +9,11 @@ input from the newest state (``observations``), ``actuate`` hands the action to 
 machine. The robot's built-in motion service must be released first (Unitree's app or
 ``MotionSwitcherClient.ReleaseMode()``); against ``orin-rl sim-robot`` there is none.
 
+The robot's remote arrives in every state (``wireless_remote``, ``remote``): its stop
+combination latches damping in any mode; with ``remote=True`` its combinations also stand the
+robot up and start the policy, and its sticks give the command. Every command is clamped to
+the contract's ranges. ``start`` refuses a domain with a second publisher of ``rt/lowstate``.
+
 Torch-free; needs the ``robot`` extra (cyclonedds).
 """
 
@@ -280,9 +285,11 @@ class UnitreePlant:
 
     def _silent_error(self, wait_s: float, where: str) -> str:
         if self._state is None:
-            return (f"no {self.spec.name} state on rt/lowstate ({where}) within {wait_s:g} s: "
-                    "is the robot, or `orin-rl sim-robot`, running on that domain and "
-                    "interface? (a twin takes ~10 s to start; --wait-s waits longer)")  # fmt: skip
+            return (
+                f"no {self.spec.name} state on rt/lowstate ({where}) within {wait_s:g} s: is "
+                "the robot, or `orin-rl sim-robot`, running on that domain and interface? (a "
+                "twin builds its model first; --wait-s waits longer)"
+            )
         return (
             "the policy reads the base's linear velocity (base_lin_vel) and nothing "
             "publishes it on rt/sportmodestate: the twin does; a real robot in "
