@@ -177,7 +177,7 @@ class StatusPrinter:
         self.tty = stream.isatty()
         self.shown = 0
         self.phase = ""
-        self.last_plain = 0.0
+        self.last_plain = -float("inf")  # the first status line at once
         self.width = 0
 
     def __call__(self, status: dict) -> None:

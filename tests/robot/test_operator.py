@@ -5,6 +5,7 @@ domain, each run bounded in time."""
 
 from __future__ import annotations
 
+import io
 import json
 import queue
 import signal
@@ -217,3 +218,32 @@ def test_the_status_line_shows_what_the_operator_needs():
     for part in ("policy", "412", "+0.50 +0.00 -0.25", "+0.48", "0.03 rad", "721 µs",
                  "misses 2"):  # fmt: skip
         assert part in line, line
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_the_status_is_rewritten_on_a_terminal_and_plain_lines_when_piped():
+    """On a terminal the status line is rewritten in place (carriage return) and each
+    transition gets its own line; piped, plain lines only, at most one status line per
+    ``plain_every_s`` (nothing was printed while the robot was driven)."""
+    from orin_rl.cli.run import StatusPrinter
+
+    snap = {"mode": "policy", "phase": "policy", "tick": 7, "command": [0.5, 0.0, 0.0],
+            "velocity": None, "tilt": 0.02, "p99_us": 400.0, "misses": 0,
+            "transitions": [{"tick": 0, "time_s": 1.0, "from": "stand", "to": "policy",
+                             "cause": "remote R1+X"}]}  # fmt: skip
+    tty = _Terminal()
+    printer = StatusPrinter(tty)
+    printer(snap)
+    printer({**snap, "tick": 8})
+    text = tty.getvalue()
+    assert "stand -> policy: remote R1+X\n" in text and "\rpolicy   tick      8" in text, text
+    piped = io.StringIO()
+    printer = StatusPrinter(piped, plain_every_s=3600.0)
+    for tick in range(5):
+        printer({**snap, "tick": tick})
+    lines = piped.getvalue().splitlines()
+    assert "\r" not in piped.getvalue() and sum(x.startswith("policy ") for x in lines) == 1
