@@ -65,6 +65,25 @@ def working_ort_providers() -> tuple[list[str], list[str]]:
     return works, fails
 
 
+def torch_check(torch_version: str, is_jetson: bool) -> Check:
+    """torch's row: its GPU, or why it has none (a CPU build, or a CUDA build with no GPU)."""
+    import torch
+
+    if torch.cuda.is_available():
+        name = torch.cuda.get_device_name(0)
+        return Check("torch", "ok", f"{torch_version}, CUDA {torch.version.cuda}, {name}")
+    if torch.version.cuda:  # a CUDA build on a machine without a GPU it can use
+        detail = f"{torch_version} (a CUDA {torch.version.cuda} build), no GPU: runs on the CPU"
+        step = "no GPU seen: check the driver (tegrastats, nvidia-smi)" if is_jetson else ""
+        return Check("torch", "warn" if is_jetson else "info", detail, step)
+    step = (
+        "install NVIDIA's JetPack torch (jetson/setup.sh)"
+        if is_jetson
+        else "a CUDA build of torch for GPU training"
+    )
+    return Check("torch", "warn" if is_jetson else "info", f"{torch_version}, no CUDA", step)
+
+
 def checks() -> list[Check]:
     """Every row of the table."""
     from orin_rl import jetson
@@ -82,27 +101,7 @@ def checks() -> list[Check]:
             )
         )
     else:
-        import torch
-
-        if torch.cuda.is_available():
-            rows.append(
-                Check(
-                    "torch",
-                    "ok",
-                    f"{torch_version}, CUDA {torch.version.cuda}, {torch.cuda.get_device_name(0)}",
-                )
-            )
-        else:
-            step = (
-                "install NVIDIA's JetPack torch (jetson/setup.sh)"
-                if info.is_jetson
-                else "a CUDA build of torch for GPU training"
-            )
-            rows.append(
-                Check(
-                    "torch", "warn" if info.is_jetson else "info", f"{torch_version}, no CUDA", step
-                )
-            )
+        rows.append(torch_check(torch_version, info.is_jetson))
     numba_version = _version("numba")
     if numba_version is None:
         rows.append(Check("numba", "missing", "not installed", "pip install numba"))

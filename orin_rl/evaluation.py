@@ -14,7 +14,7 @@ import contextlib
 import importlib.util
 import json
 import statistics
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -113,6 +113,7 @@ def evaluate_policy(
     *,
     n_eval_episodes: int | None = None,
     return_episode_rewards: bool = False,
+    on_episode: Callable[[int, int, float, int], None] | None = None,
 ) -> EvalResult | tuple[list[float], list[int]]:
     """Run ``episodes`` episodes of ``policy`` (an ``orin_rl.Policy``) and return what they gave.
 
@@ -132,6 +133,8 @@ def evaluate_policy(
         env_kwargs: constructor keyword arguments that replace ``env_config``'s.
         n_eval_episodes: SB3's name for ``episodes`` (give one of the two).
         return_episode_rewards: return SB3's ``(returns, lengths)`` lists instead.
+        on_episode: called after each episode with (episodes done, total, its return, its
+            length): progress for a caller that shows it (an mjlab episode takes seconds).
 
     Returns:
         An ``EvalResult`` (it unpacks as SB3's ``mean, std``), or ``(returns, lengths)`` with
@@ -149,9 +152,8 @@ def evaluate_policy(
         returns, lengths = _vec_env_episodes(policy, env, episodes, seed, deterministic)
         result = EvalResult(_vec_env_id(env), seed, returns, lengths, deterministic)
     else:
-        result = _evaluate_gym(
-            policy, env, episodes, seed, deterministic, render, video_dir, env_config, env_kwargs
-        )
+        result = _evaluate_gym(policy, env, episodes, seed, deterministic, render, video_dir,
+                               env_config, env_kwargs, on_episode)  # fmt: skip
     if return_episode_rewards:
         return list(result.returns), list(result.lengths)
     return result
@@ -170,12 +172,23 @@ def _episode_count(episodes: int | None, n_eval_episodes: int | None) -> int:
 
 
 def _evaluate_gym(
-    policy, env, episodes, seed, deterministic, render, video_dir, env_config, env_kwargs
+    policy,
+    env,
+    episodes,
+    seed,
+    deterministic,
+    render,
+    video_dir,
+    env_config,
+    env_kwargs,
+    on_episode=None,
 ) -> EvalResult:
     """Episodes on a gymnasium env (an id made here, or the caller's ``gymnasium.Env``)."""
     gym_env, env_id = _environment(policy, env, env_config, env_kwargs, render, video_dir, seed)
     try:
-        returns, lengths, logs = _episodes(policy, gym_env, episodes, seed, deterministic)
+        returns, lengths, logs = _episodes(
+            policy, gym_env, episodes, seed, deterministic, on_episode
+        )
     finally:
         if gym_env is not env:  # ours to close (a caller's env stays open for the caller)
             gym_env.close()  # RecordVideo writes the last episode's file on close
@@ -239,7 +252,7 @@ def _environment(
     return made, env_id
 
 
-def _episodes(policy, env, episodes: int, seed: int, deterministic: bool):
+def _episodes(policy, env, episodes: int, seed: int, deterministic: bool, on_episode=None):
     import gymnasium as gym
 
     space = env.action_space
@@ -265,6 +278,8 @@ def _episodes(policy, env, episodes: int, seed: int, deterministic: bool):
             lengths.append(steps)
             if isinstance(info.get("log"), dict):
                 logs.append(info["log"])
+            if on_episode is not None:
+                on_episode(i + 1, episodes, total, steps)
     except gym.error.DependencyNotInstalled as exc:  # drawing frames (pygame, mujoco renderer)
         raise EvalError(
             f"rendering needs a package that is missing ({exc}): {VIDEO_HINT}"

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-from typing import Any
+import time
+from typing import Any, TextIO
 
 from orin_rl.errors import OrinError
 
@@ -56,3 +57,32 @@ def output_file(path: Any, flag: str) -> None:
         raise UsageError(f"{flag} {path}: cannot make its folder ({exc.strerror})") from None
     if not os.access(path.parent, os.W_OK):
         raise UsageError(f"{flag} {path}: its folder is not writable")
+
+
+def plural(count: int, word: str) -> str:
+    """``1 episode``, ``3 episodes`` (thousands separated)."""
+    return f"{count:,} {word}{'' if count == 1 else 's'}"
+
+
+class EpisodeProgress:
+    """``evaluate_policy``'s ``on_episode`` shown on ``stream``: rewritten in place on a
+    terminal; piped, a plain line at most every ``every_s`` seconds (quick evaluations print
+    none) and after the last episode where any came before."""
+
+    def __init__(self, stream: TextIO, every_s: float = 5.0):
+        self.stream, self.every_s = stream, every_s
+        self.tty = stream.isatty()
+        self.last = time.monotonic()
+        self.printed = False
+
+    def __call__(self, done: int, total: int, ret: float, length: int) -> None:
+        """One episode finished."""
+        text = f"eval         episode {done}/{total}: return {ret:.1f}, {plural(length, 'step')}"
+        if self.tty:
+            end = "\n" if done == total else ""
+            self.stream.write(f"\r{text}\033[K{end}")
+        elif time.monotonic() - self.last >= self.every_s or (done == total and self.printed):
+            self.last = time.monotonic()
+            self.printed = True
+            self.stream.write(text + "\n")
+        self.stream.flush()

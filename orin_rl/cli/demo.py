@@ -6,8 +6,9 @@ import argparse
 
 import numpy as np
 
+from orin_rl.cli.common import plural
 from orin_rl.cli.parser import build_parser
-from orin_rl.cli.train import train_config
+from orin_rl.cli.train import _progress, train_config
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -17,7 +18,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from orin_rl.runtime.run import run_policy
 
     parsed = build_parser().parse_args(["train", "--env", "CartPole-v1", "--device", args.device])
-    summary = train(train_config(parsed), args.out, overwrite=args.overwrite)
+    # a bar on a terminal, plain lines piped to a file (`make demo > log`), none with -q
+    parsed.no_progress, parsed.quiet = False, args.quiet
+    summary = train(train_config(parsed), args.out, overwrite=args.overwrite,
+                    progress=_progress(parsed))  # fmt: skip
     exported = export_bundle(args.out)
     report = run_policy(exported.bundle_dir, "auto", None, args.rate, args.steps)
     lat = report["latency_us"]
@@ -32,7 +36,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         (
             "",
             f"eval return {summary['eval_return_mean']:.1f} ± {summary['eval_return_std']:.1f} "
-            f"over {summary['eval_episodes']} episodes: {verdict}",
+            f"over {plural(summary['eval_episodes'], 'episode')}: {verdict}",
         ),
         (
             "export",
@@ -46,7 +50,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         ),
         (
             "",
-            f"episode return {np.mean(returns):.1f} over {len(returns)} episodes"
+            f"episode return {np.mean(returns):.1f} over {plural(len(returns), 'episode')}"
             if returns
             else "no episode ended",
         ),

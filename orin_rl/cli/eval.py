@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 import numpy as np
 
-from orin_rl.cli.common import UsageError, env_kwargs_arg, output_file
+from orin_rl.cli.common import EpisodeProgress, UsageError, env_kwargs_arg, output_file
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
@@ -29,6 +30,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
             render=args.render,
             video_dir=args.video,
             env_kwargs=env_kwargs,
+            on_episode=None if args.quiet else EpisodeProgress(sys.stderr),
         )
         described = policy.backend.describe()
     if args.report:

@@ -32,8 +32,11 @@ def robot_run_flags(p: argparse.ArgumentParser) -> None:
     )
     _dds_flags(g, default_domain=0)
     g.add_argument("--command", metavar="VX,VY,WZ", dest="velocity_command",
-                   help="the velocity command (default: zero; 'random': resampled in the "
-                   "policy's training ranges every --command-every seconds)")  # fmt: skip
+                   help="the velocity command, clamped to the policy's training ranges "
+                   "(default: zero; 'remote': the robot's remote, whose L2+up stands it up and "
+                   "R1+X starts the policy; 'random': resampled in the training ranges every "
+                   "--command-every seconds). L2+B on the remote stops the robot in every "
+                   "case")  # fmt: skip
     g.add_argument("--command-every", type=_POSITIVE, default=5.0,
                    help="seconds between random commands")  # fmt: skip
     g.add_argument(
@@ -43,7 +46,11 @@ def robot_run_flags(p: argparse.ArgumentParser) -> None:
         help="seconds of the interpolation to the default pose before the policy",
     )
     g.add_argument("--tilt-limit", type=_POSITIVE, default=1.0,
-                   help="stop (damping, latched) above this base tilt in radians")  # fmt: skip
+                   help="stop (damping, latched) above this base tilt in radians (at most "
+                   "1.2)")  # fmt: skip
+    g.add_argument("--wait-s", type=_POSITIVE, default=60.0,
+                   help="seconds to wait for the robot's first state (a twin takes ~10 s to "
+                   "start)")  # fmt: skip
 
 
 def sim_robot_flags(p: argparse.ArgumentParser) -> None:
@@ -68,6 +75,14 @@ def sim_robot_flags(p: argparse.ArgumentParser) -> None:
         type=float,
         default=0.0,
         help="start the robot rolled by this many radians (tests the tilt stop)",
+    )
+    p.add_argument(
+        "--remote-script",
+        type=Path,
+        metavar="JSON",
+        help="play the robot's remote from this file of timed buttons and sticks, from each "
+        'run\'s first command, e.g. [{"t": 0.5, "buttons": "L2+up"}, {"t": 4, "buttons": '
+        '"R1+X"}, {"t": 6, "ly": 0.5}] (default: an idle remote)',
     )
     p.add_argument(
         "--report",
@@ -96,8 +111,10 @@ ROBOT_COMMANDS = [
         (
             "Step the task's robot model in MuJoCo (CPU) and speak Unitree SDK2 over DDS as "
             "the robot does: rt/lowcmd in (CRC checked, PD at every physics step), rt/lowstate "
-            "and rt/sportmodestate out after each step. Then: orin-rl run --model BUNDLE "
-            "--plant unitree-g1 --dds-domain 1 --dds-interface lo. Stops on Ctrl-C."
+            "and rt/sportmodestate out after each step, with --remote-script's remote in "
+            "wireless_remote. Then: orin-rl run --model BUNDLE --plant unitree-g1 --dds-domain 1 "
+            "--dds-interface lo --command remote. Back in its start pose 1 s after each run. "
+            "Stops on Ctrl-C."
         ),
     ),
     (

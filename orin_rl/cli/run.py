@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import sys
+import time
+from typing import TextIO
 
 import numpy as np
 
@@ -11,6 +14,7 @@ from orin_rl.cli.common import (
     _backend_options,
     env_kwargs_arg,
     output_file,
+    plural,
 )
 
 
@@ -32,6 +36,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     }
     if args.plant:
         return _run_robot(args, loop)
+    for flag in ROBOT_FLAGS:
+        if _given(args, flag):
+            raise UsageError(f"{flag} drives a robot: add --plant unitree-g1, or drop it")
     report = run_policy(
         args.model,
         args.backend,
@@ -50,7 +57,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     lat = report["latency_us"]
     returns = report["episode_returns"]
     mean_return = (
-        f"{np.mean(returns):.1f} over {len(returns)} episodes" if returns else "no episode ended"
+        f"{np.mean(returns):.1f} over {plural(len(returns), 'episode')}"
+        if returns
+        else "no episode ended"
     )
     where = report.get("provider") or report.get("mode") or ""
     if report.get("precision"):
@@ -79,10 +88,38 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+EXIT_CODES = {"steps": 0, "operator stop": 0, "safety stop": 3, "interrupted": 130,
+              "terminated": 143}  # fmt: skip
+"""``run --plant``'s exit code for each way a run ends (``runtime.robot_run.ENDS``)."""
+ROBOT_FLAGS = ("--command", "--command-every", "--dds-domain", "--dds-interface", "--stand-s",
+               "--tilt-limit", "--wait-s")  # fmt: skip
+"""Flags that mean something only with ``--plant`` (refused without it)."""
+PLANT_OVERRIDES = ("--rate", "--env", "--env-kwargs", "--plant-device")
+"""Flags of a simulated run that a robot plant decides itself (its contract's period, the
+robot): refused with ``--plant``."""
+
+
+def _given(args: argparse.Namespace, flag: str) -> bool:
+    return any(a == flag or a.startswith(flag + "=") for a in getattr(args, "raw_argv", []))
+
+
 def _run_robot(args: argparse.Namespace, loop: dict) -> int:
     """``--plant unitree-g1``: the robot (or its twin) over DDS, through the safety machine."""
+    from orin_rl.robot.remote import COMBOS
     from orin_rl.runtime.robot_run import run_on_robot
 
+    for flag in PLANT_OVERRIDES:
+        if _given(args, flag):
+            raise UsageError(
+                f"{flag} does not apply to --plant {args.plant}: the robot runs the policy "
+                "at its contract's period on the robot; drop it"
+            )
+    combos = " · ".join(f"{combo} {step}" for step, combo in COMBOS.items())
+    if args.velocity_command == "remote":
+        print(f"remote       {combos} (damping, latched); sticks: left forward/sideways, "
+              "right turn", flush=True)  # fmt: skip
+    else:
+        print(f"remote       {COMBOS['stop']} stops the robot (damping, latched)", flush=True)
     report = run_on_robot(
         args.model,
         args.backend,
@@ -99,7 +136,14 @@ def _run_robot(args: argparse.Namespace, loop: dict) -> int:
         loop_options=loop,
         backend_options=_backend_options(args, batch=1),
         precision=args.precision,
+        wait_s=args.wait_s,
+        status=StatusPrinter(sys.stdout),
     )
+    _print_robot_summary(report, args)
+    return EXIT_CODES[report["end"]]
+
+
+def _print_robot_summary(report: dict, args: argparse.Namespace) -> None:
     lat = report["latency_us"]
     error = report["tracking_error"]
     print(f"backend      {report['backend']} on {report['plant']} at {report['rate_hz']:g} Hz")
@@ -110,8 +154,65 @@ def _run_robot(args: argparse.Namespace, loop: dict) -> int:
     )
     tracking = "no velocity source" if error is None else f"{error:.3f} m/s (xy velocity)"
     print(f"falls        {report['falls']}; tracking error {tracking}")
-    for t in report["transitions"]:
+    end = report["end"]
+    cause = report["transitions"][-1]["cause"] if report["transitions"] else "-"
+    where = f"; report {args.report}" if args.report else ""
+    print(f"end          {end} ({cause}): the robot was latched to damping; exit "
+          f"{EXIT_CODES[end]}{where}")  # fmt: skip
+    stop = report["transitions"][-1] if report["transitions"] else None
+    if end == "safety stop" and stop and stop["from"] == "passive":
         print(
-            f"  tick {t['tick']:>6}  {t['time_s']:8.3f} s  {t['from']} -> {t['to']}: {t['cause']}"
+            "hint         stopped before the stand-up: set the robot upright and still on its "
+            "gantry (a twin is back in its start pose 1 s after a run), then run again"
         )
-    return 0
+
+
+class StatusPrinter:
+    """The operator's view of a robot run: each transition as a line when it happens, and a
+    status line (rewritten in place on a terminal; a plain line every ``plain_every_s`` when
+    piped)."""
+
+    def __init__(self, stream: TextIO, plain_every_s: float = 5.0):
+        self.stream, self.plain_every_s = stream, plain_every_s
+        self.tty = stream.isatty()
+        self.shown = 0
+        self.phase = ""
+        self.last_plain = -float("inf")  # the first status line at once
+        self.width = 0
+
+    def __call__(self, status: dict) -> None:
+        """One snapshot (``runtime.robot_run.Watch``)."""
+        for t in status["transitions"][self.shown :]:
+            self._line(f"  tick {t['tick']:>6}  {t['time_s']:8.3f} s  {t['from']} -> "
+                       f"{t['to']}: {t['cause']}")  # fmt: skip
+        self.shown = len(status["transitions"])
+        if status["phase"] not in (self.phase, "") and status["mode"] != "stopped":
+            self.phase = status["phase"]
+            self._line(f"status       {self.phase}")
+        text = status_line(status)
+        if self.tty:
+            self.stream.write("\r" + text.ljust(self.width))
+            self.width = len(text)
+            self.stream.flush()
+        elif time.monotonic() - self.last_plain >= self.plain_every_s:
+            self.last_plain = time.monotonic()
+            self._line(text)
+
+    def _line(self, text: str) -> None:
+        if self.tty and self.width:
+            self.stream.write("\r" + " " * self.width + "\r")
+            self.width = 0
+        self.stream.write(text + "\n")
+        self.stream.flush()
+
+
+def status_line(s: dict) -> str:
+    """mode, tick, commanded and measured velocity, tilt, p99 latency, misses."""
+
+    def vec(v):
+        return "-" if v is None else " ".join(f"{x:+.2f}" for x in v)
+
+    tilt = "-" if s["tilt"] is None else f"{s['tilt']:.2f} rad"
+    p99 = "-" if s["p99_us"] is None else f"{s['p99_us']:.0f} µs"
+    return (f"{s['mode']:<8} tick {s['tick']:>6}  cmd {vec(s['command'])}  vel "
+            f"{vec(s['velocity'])}  tilt {tilt}  p99 {p99}  misses {s['misses']}")  # fmt: skip

@@ -7,8 +7,11 @@ import argparse
 
 def cmd_sim_robot(args: argparse.Namespace) -> int:
     """Run the twin until ``--seconds`` or Ctrl-C; print its report."""
+    from orin_rl.robot.remote import RemoteScript
     from orin_rl.robot.twin import RobotTwin
 
+    script = RemoteScript.load(args.remote_script) if args.remote_script else None
+    print(f"sim-robot    building unitree-{args.robot}'s model (~10 s)", flush=True)
     twin = RobotTwin(
         f"unitree-{args.robot}",
         domain=args.dds_domain,
@@ -16,10 +19,13 @@ def cmd_sim_robot(args: argparse.Namespace) -> int:
         physics_dt=args.physics_dt,
         hold_s=args.hold_s,
         tilt0=args.tilt,
+        remote=script,
     )
+    remote = f", remote script {args.remote_script}" if script else ""
     print(
         f"sim-robot    unitree-{args.robot} on DDS domain {args.dds_domain} "
-        f"({args.dds_interface or 'default interface'}), physics {args.physics_dt * 1e3:g} ms",
+        f"({args.dds_interface or 'default interface'}), physics {args.physics_dt * 1e3:g} ms"
+        f"{remote}; back in its start pose 1 s after each run",
         flush=True,
     )
     report = twin.run(args.seconds, args.report)

@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 
 from orin_rl import config as config_mod
-from orin_rl.cli.common import UsageError, env_kwargs_arg
+from orin_rl.cli.common import UsageError, env_kwargs_arg, plural
 from orin_rl.config import Config, ConfigError
 
 log = logging.getLogger("orin_rl")
@@ -215,7 +215,10 @@ def _report(summary: dict[str, Any], run_dir: Path) -> int:
     ]
     if mean is not None:
         rows.append(
-            ("eval return", f"{mean:.1f} ± {std:.1f} over {summary['eval_episodes']} episodes")
+            (
+                "eval return",
+                f"{mean:.1f} ± {std:.1f} over {plural(summary['eval_episodes'], 'episode')}",
+            )
         )
     if summary.get("gym_eval_return_mean") is not None:  # trained on GPU physics
         rows[-1] = (f"eval return ({summary['eval_physics']})", rows[-1][1])
@@ -254,8 +257,9 @@ def _report(summary: dict[str, Any], run_dir: Path) -> int:
     stopped_by = summary.get("eval_stopped_by")
     if stopped_by:  # training finished; its final evaluation did not
         print(
-            f"final evaluation stopped by {stopped_by} after {summary['eval_episodes']} finished "
-            "episodes; training had finished (checkpoint.pt is final)"
+            f"final evaluation stopped by {stopped_by} after "
+            f"{plural(summary['eval_episodes'], 'finished episode')}; training had finished "
+            "(checkpoint.pt is final)"
         )
         return 128 + (15 if stopped_by == "SIGTERM" else 2)
     return 0

@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from orin_rl.robot import RobotError
 from orin_rl.robot.contract import DeployContract
 from orin_rl.robot.observations import tilt
 
@@ -61,6 +62,26 @@ class SafetyConfig:
     late_factor: float = 1.5
     """Stop when a policy tick comes later than this many periods after the previous one."""
 
+    def check(self) -> None:
+        """Refuse a limit that would switch its check off (or could never be met)."""
+        for name, low, high, why in LIMITS:
+            value = getattr(self, name)
+            if not low < value <= high:
+                raise RobotError(
+                    f"{name.replace('_', '-')} {value:g} is outside ({low:g}, {high:g}]: {why}"
+                )
+
+
+LIMITS = (
+    ("tilt_limit", 0.0, 1.2, "past 1.2 rad a G1 is already falling (Unitree's deploy: 1.0)"),
+    ("joint_margin", -1e-9, 0.5, "beyond 0.5 rad past its limit a joint is broken or misread"),
+    ("silence_s", 0.0, 0.5, "a robot silent for 0.5 s is not being controlled"),
+    ("late_factor", 1.0, 5.0, "a policy 5 periods late no longer balances the robot"),
+    ("stand_s", 0.0, 30.0, "the stand-up interpolates over at most 30 s"),
+    ("stand_tolerance", 0.0, 0.5, "a pose 0.5 rad from the default is not standing"),
+)
+"""(field, exclusive low, inclusive high, why): the range in which each check still works."""
+
 
 @dataclass
 class Command:
@@ -79,6 +100,7 @@ class SafetyMachine:
                  clock=time.monotonic):  # fmt: skip
         self.contract = contract
         self.cfg = config or SafetyConfig()
+        self.cfg.check()
         self.clock = clock
         n = contract.num_joints
         self.default = np.asarray(contract.default_joint_pos, dtype=np.float64)
@@ -103,37 +125,46 @@ class SafetyMachine:
         self._last_tick_time: float | None = None
 
     # ------------------------------------------------------------------ transitions
-    def _go(self, mode: Mode, cause: str) -> None:
+    def _go(self, mode: Mode, cause: str, safety: bool = False) -> None:
         self.transitions.append({
             "tick": self.tick,
             "time_s": round(self.clock() - self._t0, 6),
             "from": self.mode.value,
             "to": mode.value,
             "cause": cause,
+            "safety": safety,
         })  # fmt: skip
         self.mode = mode
 
-    def start(self, q: np.ndarray) -> None:
-        """PASSIVE → STAND from pose ``q`` (the operator's start)."""
+    def start(self, q: np.ndarray, cause: str = "start") -> None:
+        """PASSIVE → STAND from pose ``q`` (the operator's start, ``cause`` in the record)."""
         with self._lock:
             if self.mode is not Mode.PASSIVE:
                 return
             self._stand_from = np.asarray(q, dtype=np.float64).copy()
             self._stand_start = self.clock()
-            self._go(Mode.STAND, "start")
+            self._go(Mode.STAND, cause)
 
-    def stop(self, cause: str) -> None:
-        """Latch to damping (STOPPED), whatever the mode; the first cause is kept."""
+    def stop(self, cause: str, safety: bool = True) -> None:
+        """Latch to damping (STOPPED), whatever the mode; the first cause is kept.
+        ``safety`` False: the operator's stop (the remote, the run's end, a signal)."""
         with self._lock:
             if self.mode is not Mode.STOPPED:
-                self._go(Mode.STOPPED, cause)
+                self._go(Mode.STOPPED, cause, safety)
+
+    @property
+    def safety_stop(self) -> str | None:
+        """The cause of a safety stop, or None (running, or stopped by the operator)."""
+        last = self.transitions[-1] if self.transitions else None
+        return last["cause"] if last and last["to"] == "stopped" and last["safety"] else None
 
     @property
     def stopped(self) -> bool:
         return self.mode is Mode.STOPPED
 
-    def stand_done(self, q: np.ndarray) -> bool:
-        """STAND → POLICY once the interpolation is over and the pose is reached."""
+    def stand_done(self, q: np.ndarray, cause: str = "stand reached") -> bool:
+        """STAND → POLICY once the interpolation is over and the pose is reached (``cause``:
+        what asked for the policy, recorded with the transition)."""
         with self._lock:
             if self.mode is not Mode.STAND:
                 return self.mode is Mode.POLICY
@@ -141,7 +172,7 @@ class SafetyMachine:
             error = float(np.max(np.abs(np.asarray(q) - self.default)))
             if over and error <= self.cfg.stand_tolerance:
                 self._targets = self.default.copy()
-                self._go(Mode.POLICY, f"stand reached (max |q - default| {error:.3f} rad)")
+                self._go(Mode.POLICY, f"{cause} (max |q - default| {error:.3f} rad)")
                 return True
             return False
 
@@ -231,4 +262,5 @@ class SafetyMachine:
 
     def report(self) -> dict[str, Any]:
         """The run report's part: the mode now and every transition."""
-        return {"safety_mode": self.mode.value, "transitions": list(self.transitions)}
+        return {"safety_mode": self.mode.value, "safety_stop": self.safety_stop,
+                "transitions": list(self.transitions)}  # fmt: skip

@@ -14,7 +14,14 @@ implicitly, the effort limit clamping it), not held between commands. ``mode`` 0
 motor. Until ``hold_s`` after the first command with stiffness (the stand-up starting), a
 spring holds the pelvis where it started, as a gantry holds a real humanoid; then the robot
 stands on its own. A fall (pelvis below ``fall_height`` or tilted past 1 rad after the
-release) is counted in the twin's report.
+release) is counted in the twin's report. When the commands stop for ``reset_after_s`` (the run
+that drove it ended: its end, a stop, a fall), the twin puts the robot back in its start pose
+on the gantry, so every run finds it as the first one did.
+
+The twin checks its network interface before it builds the model, and refuses to start where
+another robot or twin already publishes ``rt/lowstate`` on its domain. A ``RemoteScript``
+(``robot.remote``) plays a hand on the robot's remote: its timed buttons and sticks go out in
+``wireless_remote``, timed from the first command of each run.
 
 Needs MuJoCo and mjlab (the ``mjlab`` extra) and cyclonedds (``robot``).
 """
@@ -31,8 +38,10 @@ from typing import Any
 import numpy as np
 
 from orin_rl.robot import RobotError, require_cyclonedds
+from orin_rl.robot import remote as remote_mod
 from orin_rl.robot.crc import MOTOR_FIELDS, hg_lowcmd_crc_of
 from orin_rl.robot.observations import tilt
+from orin_rl.robot.remote import RemoteScript
 from orin_rl.robot.robots import ROBOTS
 
 log = logging.getLogger(__name__)
@@ -64,40 +73,65 @@ class RobotTwin:
 
     def __init__(self, robot: str = "unitree-g1", domain: int = 1, interface: str | None = "lo",
                  physics_dt: float = 0.002, hold_s: float = 2.5, tilt0: float = 0.0,
-                 fall_height: float = 0.35, model: Any = None):  # fmt: skip
-        import mujoco
-
+                 fall_height: float = 0.35, model: Any = None,
+                 remote: RemoteScript | None = None, reset_after_s: float = 1.0):  # fmt: skip
         require_cyclonedds()
         if robot not in TASKS:
             raise RobotError(f"no twin for {robot!r}; twins: {', '.join(TASKS)}")
         self.spec = ROBOTS[robot]
-        self.m = model if model is not None else build_model(TASKS[robot], physics_dt)
-        self.d = mujoco.MjData(self.m)
-        if self.m.nkey:
-            mujoco.mj_resetDataKeyframe(self.m, self.d, 0)
-        if tilt0:  # a robot started tilted (tests of the plant's tilt stop)
-            quat = np.array([np.cos(tilt0 / 2), np.sin(tilt0 / 2), 0.0, 0.0])
-            mujoco.mju_mulQuat(self.d.qpos[3:7], self.d.qpos[3:7].copy(), quat)
-        mujoco.mj_forward(self.m, self.d)
-        self._index_model()
-        self.hold_s, self.fall_height = hold_s, fall_height
-        self._anchor = (self.d.qpos[:3].copy(), self.d.qpos[3:7].copy())
-        self._released_at: float | None = None
-        self._first_stiff: float | None = None
-        self.report: dict[str, Any] = {"falls": 0, "fall_times_s": [], "commands": 0,
-                                       "bad_crc": 0, "states": 0}  # fmt: skip
         from orin_rl.robot import unitree_msgs as msgs
         from orin_rl.robot.wire import Endpoint, Layout, participant
 
+        # the wire first: a wrong interface or a busy domain is said before the model's build
+        self.participant = participant(domain, interface)
+        probe = Endpoint(self.participant, msgs.LOWSTATE, msgs.HgLowState, "reader")
+        probe_since = time.monotonic()
+        self.m = model if model is not None else build_model(TASKS[robot], physics_dt)
+        time.sleep(max(0.0, 0.5 - (time.monotonic() - probe_since)))  # discovery
+        others = len(probe.entity.get_matched_publications())
+        if others:
+            raise RobotError(
+                f"rt/lowstate is already published on DDS domain {domain} ({others} "
+                "publisher): another twin or a robot is there; stop it or pass another "
+                "--dds-domain"
+            )
+        self.domain, self.tilt0, self.remote = domain, tilt0, remote
+        self.hold_s, self.fall_height, self.reset_after_s = hold_s, fall_height, reset_after_s
+        self._index_model()
+        self.reset()
+        self.report: dict[str, Any] = {"falls": 0, "fall_times_s": [], "commands": 0,
+                                       "bad_crc": 0, "states": 0, "resets": 0}  # fmt: skip
         self.cmd_layout = Layout(msgs.HgLowCmd)
         self.state_layout = Layout(msgs.HgLowState)
         self.sport_layout = Layout(msgs.GoSportModeState)
-        self.participant = participant(domain, interface)
         self.cmd_in = Endpoint(self.participant, msgs.LOWCMD, msgs.HgLowCmd, "reader")
         self.state_out = Endpoint(self.participant, msgs.LOWSTATE, msgs.HgLowState, "writer")
         self.sport_out = Endpoint(self.participant, msgs.SPORTSTATE, msgs.GoSportModeState,
                                   "writer")  # fmt: skip
         self._running = False
+
+    def reset(self) -> None:
+        """The robot back in its start pose (tilted by ``tilt0``), limp, on its gantry; the
+        remote's script from its start at the next command."""
+        import mujoco
+
+        self.d = mujoco.MjData(self.m)
+        if self.m.nkey:
+            mujoco.mj_resetDataKeyframe(self.m, self.d, 0)
+        if self.tilt0:  # a robot started tilted (tests of the plant's tilt stop)
+            quat = np.array([np.cos(self.tilt0 / 2), np.sin(self.tilt0 / 2), 0.0, 0.0])
+            mujoco.mju_mulQuat(self.d.qpos[3:7], self.d.qpos[3:7].copy(), quat)
+        mujoco.mj_forward(self.m, self.d)
+        act = self.act[self.used]
+        self.m.actuator_gainprm[act, 0] = 0.0
+        self.m.actuator_biasprm[act, 1:3] = 0.0
+        self.tau_ff = np.zeros(self.m.nv)
+        self._anchor = (self.d.qpos[:3].copy(), self.d.qpos[3:7].copy())
+        self._released_at: float | None = None
+        self._first_stiff: float | None = None
+        self._first_command: float | None = None
+        self._last_command: float | None = None
+        self._fallen = False
 
     def _index_model(self) -> None:
         import mujoco
@@ -116,10 +150,6 @@ class RobotTwin:
         self.site = m.site("robot/imu_in_pelvis").id
         self.gyro_adr = m.sensor_adr[m.sensor("robot/imu_ang_vel").id]
         self.acc_adr = m.sensor_adr[m.sensor("robot/imu_lin_acc").id]
-        # the motors' PD comes from each command: start limp
-        m.actuator_gainprm[self.act[self.used], 0] = 0.0
-        m.actuator_biasprm[self.act[self.used], 1:3] = 0.0
-        self.tau_ff = np.zeros(m.nv)
 
     # ------------------------------------------------------------------ the wire
     def _apply(self, data: bytes, now: float) -> None:
@@ -133,6 +163,9 @@ class RobotTwin:
             self.report["bad_crc"] += 1  # a corrupted command is not executed
             return
         self.report["commands"] += 1
+        if self._first_command is None:
+            self._first_command = now
+        self._last_command = now
         m, used, act = self.m, self.used, self.act[self.used]
         enabled = cmd["motor_cmd[].mode"][used] != 0
         kp = np.where(enabled, cmd["motor_cmd[].kp"][used], 0.0)
@@ -147,7 +180,14 @@ class RobotTwin:
         if self._first_stiff is None and np.any(kp > 0):
             self._first_stiff = now
 
-    def _publish(self) -> None:
+    def _remote_bytes(self, now: float) -> np.ndarray:
+        """``wireless_remote`` now: the script's, timed from this run's first command."""
+        if self.remote is None or self._first_command is None:
+            return np.zeros(remote_mod.SIZE, np.uint8)
+        state = self.remote.at(now - self._first_command)
+        return np.frombuffer(remote_mod.encode(state), np.uint8)
+
+    def _publish(self, now: float) -> None:
         import mujoco
 
         d, used, slots = self.d, self.used, self.spec.slots
@@ -166,6 +206,7 @@ class RobotTwin:
             "motor_state[].q": q,
             "motor_state[].dq": dq,
             "motor_state[].tau_est": tau,
+            "wireless_remote": self._remote_bytes(now),
         }))  # fmt: skip
         velocity = np.zeros(6)
         mujoco.mj_objectVelocity(self.m, d, mujoco.mjtObj.mjOBJ_SITE, self.site, velocity, 0)
@@ -198,12 +239,19 @@ class RobotTwin:
         d.xfrc_applied[body, 3:] = 300.0 * world - 30.0 * spin
 
     def _check_fall(self, now: float) -> None:
-        if self._released_at is None or self.report.get("_fallen"):
+        if self._released_at is None or self._fallen:
             return
         if self.d.qpos[2] < self.fall_height or tilt(self.d.qpos[3:7]) > 1.0:
             self.report["falls"] += 1
             self.report["fall_times_s"].append(round(now - self._t0, 3))
-            self.report["_fallen"] = True
+            self._fallen = True
+
+    def _maybe_reset(self, now: float) -> None:
+        """The run that drove the robot has ended (no command for ``reset_after_s``)."""
+        if self._last_command is not None and now - self._last_command > self.reset_after_s:
+            self.reset()
+            self.report["resets"] += 1
+            log.info("the run ended: the robot is back in its start pose on the gantry")
 
     def step(self, now: float) -> None:
         """One physics step on the newest command, then the state out."""
@@ -212,11 +260,13 @@ class RobotTwin:
         data = self.cmd_in.take_latest()
         if data is not None:
             self._apply(data, now)
+        else:
+            self._maybe_reset(now)
         self._hold(now)
         self.d.qfrc_applied[:] = self.tau_ff
         mujoco.mj_step(self.m, self.d)
         self._check_fall(now)
-        self._publish()
+        self._publish(now)
 
     def run(self, seconds: float | None = None, report: str | Path | None = None) -> dict:
         """Step in real time (accumulated deadlines) until ``seconds`` or SIGINT/SIGTERM."""
@@ -235,7 +285,6 @@ class RobotTwin:
             elif delay < -period:
                 late += 1
                 next_time = time.monotonic()
-        self.report.pop("_fallen", None)
         self.report.update({"seconds": round(time.monotonic() - self._t0, 3),
                             "late_steps": late, "physics_dt": period})  # fmt: skip
         if report:

@@ -9,6 +9,11 @@ input from the newest state (``observations``), ``actuate`` hands the action to 
 machine. The robot's built-in motion service must be released first (Unitree's app or
 ``MotionSwitcherClient.ReleaseMode()``); against ``orin-rl sim-robot`` there is none.
 
+The robot's remote arrives in every state (``wireless_remote``, ``remote``): its stop
+combination latches damping in any mode; with ``remote=True`` its combinations also stand the
+robot up and start the policy, and its sticks give the command. Every command is clamped to
+the contract's ranges. ``start`` refuses a domain with a second publisher of ``rt/lowstate``.
+
 Torch-free; needs the ``robot`` extra (cyclonedds).
 """
 
@@ -26,7 +31,13 @@ import numpy as np
 from orin_rl.robot import RobotError, require_cyclonedds
 from orin_rl.robot.contract import DeployContract
 from orin_rl.robot.crc import hg_lowcmd_crc_of
-from orin_rl.robot.observations import ObservationBuilder, state_from_motors, world_to_body
+from orin_rl.robot.observations import (
+    ObservationBuilder,
+    state_from_motors,
+    tilt,
+    world_to_body,
+)
+from orin_rl.robot.remote import COMBOS, RemoteState, StickCommand, clamp, decode
 from orin_rl.robot.robots import ROBOTS, RobotSpec
 from orin_rl.robot.safety import Mode, SafetyConfig, SafetyMachine
 
@@ -39,6 +50,7 @@ STATE_FIELDS = (
     "imu_state.gyroscope",
     "motor_state[].q",
     "motor_state[].dq",
+    "wireless_remote",
 )
 
 
@@ -105,7 +117,11 @@ class UnitreePlant:
         command: CommandSource | None = None,
         safety: SafetyConfig | None = None,
         rate_hz: float = 500.0,
+        remote: bool = False,
     ):
+        """``remote``: the remote's sticks give the command and its buttons stand the robot
+        up and start the policy (``remote.COMBOS``); without it the plant stands up and starts
+        at once. The remote's stop combination stops the robot either way."""
         require_cyclonedds()
         self.spec: RobotSpec = _robot_spec(robot, contract)
         self.contract = contract
@@ -119,6 +135,11 @@ class UnitreePlant:
             )
             command = CommandSource(value=np.zeros(n))
         self.command = command
+        self.ranges = contract.command_ranges()
+        self.sticks = StickCommand(self.ranges) if remote else None
+        self.pad = RemoteState()
+        self._asked: dict[str, bool] = {"stand": False, "policy": False}
+        self.phase = ""
         self.rate_hz = rate_hz
         self.codec = HgCodec()
         from orin_rl.robot import unitree_msgs as msgs
@@ -141,6 +162,7 @@ class UnitreePlant:
         self._t0 = time.monotonic()
         self.counts = {"states": 0, "commands": 0, "ticks": 0}
         self._errors: list[float] = []
+        self._command_range: tuple[np.ndarray, np.ndarray] | None = None
         self._speeds: list[float] = []
         self.description = {"plant": self.spec.name, "dds_domain": domain,
                             "dds_interface": interface or "default"}  # fmt: skip
@@ -153,12 +175,23 @@ class UnitreePlant:
             with self._lock:
                 self._state, self._state_time = state, now
             self.counts["states"] += 1
+            self._buttons(decode(state["wireless_remote"]))
         if self.sport_in is not None:
             sport = self.sport_in.take_latest()
             if sport is not None:
                 velocity = self.codec.sport_velocity(sport).astype(np.float64)
                 with self._lock:
                     self._velocity_w = velocity
+
+    def _buttons(self, pad: RemoteState) -> None:
+        """The remote's combinations: stop at any time; stand and policy where it drives."""
+        self.pad = pad
+        if pad.held(COMBOS["stop"]):
+            self.machine.stop(f"remote stop ({COMBOS['stop']})", safety=False)
+        elif self.sticks is not None:  # each combination counts in its own mode only
+            step = {Mode.PASSIVE: "stand", Mode.STAND: "policy"}.get(self.machine.mode)
+            if step is not None:
+                self._asked[step] |= pad.held(COMBOS[step])
 
     def _send(self) -> None:
         with self._lock:
@@ -199,8 +232,10 @@ class UnitreePlant:
                 next_time = time.monotonic()  # far behind: re-anchor rather than burst
 
     # ------------------------------------------------------------------ start and stop
-    def start(self, wait_s: float = 5.0) -> None:
-        """Wait for the robot's state, then PASSIVE → STAND → POLICY (raises on a timeout)."""
+    def start(self, wait_s: float = 60.0) -> None:
+        """Wait for the robot's state, check it, then PASSIVE → STAND → POLICY (on the
+        remote's combinations where it drives). Returns in POLICY, or STOPPED where a stop
+        came first (the report says why); raises when no robot answers within ``wait_s``."""
         # The control loop collects garbage before its first tick: a full collection of a
         # large heap holds the GIL long enough (0.5 s seen with mjlab loaded) to starve the
         # command thread. Collect now, before any motor is driven, and freeze what survives
@@ -210,55 +245,103 @@ class UnitreePlant:
         self._running = True
         self._thread = threading.Thread(target=self._command_loop, name="lowcmd", daemon=True)
         self._thread.start()
-        deadline = time.monotonic() + wait_s
-        while self._state is None:
-            if time.monotonic() > deadline:
-                self.close()
-                raise RobotError(
-                    f"no {self.spec.name} state on rt/lowstate (DDS domain "
-                    f"{self.description['dds_domain']}, interface "
-                    f"{self.description['dds_interface']}) within {wait_s:g} s: is the robot, "
-                    "or `orin-rl sim-robot`, running on that domain and interface?"
-                )
-            time.sleep(0.005)
-        check_reported(self)
-        while self.needs_velocity and self._velocity_w is None:
-            if time.monotonic() > deadline:
-                self.close()
-                raise RobotError(
-                    "the policy reads the base's linear velocity (base_lin_vel) and nothing "
-                    "publishes it on rt/sportmodestate: the twin does; a real robot in "
-                    "low-level mode needs a state estimator, or a policy trained without it"
-                )
-            time.sleep(0.005)
+        self._wait_for_robot(wait_s)
         with self._lock:
             quat = self._state["imu_state.quaternion"]
         self.machine.check_state(quat, self._q())  # the start-up orientation check
         if self.machine.stopped:
-            raise RobotError(
-                f"{self.spec.name}: not started: {self.machine.transitions[-1]['cause']}"
-            )
-        self.machine.start(self._q())
-        deadline = time.monotonic() + self.machine.cfg.stand_s + 5.0
-        while not self.machine.stand_done(self._q()):
-            if self.machine.stopped or time.monotonic() > deadline:
-                self.machine.stop("the stand-up did not reach the default pose")
-                cause = self.machine.transitions[-1]["cause"]
-                raise RobotError(f"{self.spec.name}: stand-up stopped: {cause}")
-            time.sleep(0.005)
+            return
+        cause = "start"
+        if self.sticks is not None:
+            self.phase = f"passive: {COMBOS['stand']} on the remote stands the robot up"
+            if not self._wait_for("stand"):
+                return
+            cause = f"remote {COMBOS['stand']}"
+        self.machine.start(self._q(), cause)
+        self._stand_up()
         self.builder.reset()
         self._t0 = time.monotonic()
+
+    def _wait_for_robot(self, wait_s: float) -> None:
+        """The first state (and the base's velocity where the policy reads it); one
+        publisher of ``rt/lowstate`` only."""
+        deadline = time.monotonic() + wait_s
+        where = (f"DDS domain {self.description['dds_domain']}, interface "
+                 f"{self.description['dds_interface']}")  # fmt: skip
+        self.phase = f"waiting up to {wait_s:g} s for the robot's state ({where})"
+        while self._state is None:
+            if time.monotonic() > deadline:
+                self.close()
+                raise RobotError(self._silent_error(wait_s, where))
+            time.sleep(0.005)
+        check_reported(self)  # a real robot: refused a term it does not report, at once
+        while self.needs_velocity and self._velocity_w is None:
+            if time.monotonic() > deadline:
+                self.close()
+                raise RobotError(self._silent_error(wait_s, where))
+            time.sleep(0.005)
+        time.sleep(0.2)  # discovery of any other publisher on the domain
+        writers = len(self.state_in.entity.get_matched_publications())
+        if writers > 1:
+            self.close()
+            raise RobotError(
+                f"{writers} publishers of rt/lowstate on {where}: two robots or twins share "
+                "it; stop the others or give each its own --dds-domain"
+            )
+
+    def _silent_error(self, wait_s: float, where: str) -> str:
+        if self._state is None:
+            return (
+                f"no {self.spec.name} state on rt/lowstate ({where}) within {wait_s:g} s: is "
+                "the robot, or `orin-rl sim-robot`, running on that domain and interface? (a "
+                "twin builds its model first; --wait-s waits longer)"
+            )
+        return (
+            "the policy reads the base's linear velocity (base_lin_vel) and nothing "
+            "publishes it on rt/sportmodestate: the twin does; a real robot in "
+            "low-level mode needs a state estimator, or a policy trained without it"
+        )
+
+    def _wait_for(self, step: str) -> bool:
+        """Until the remote asks for ``step`` (True) or the robot stops (False)."""
+        while not self._asked[step]:
+            if self.machine.stopped:
+                return False
+            time.sleep(0.005)
+        return True
+
+    def _stand_up(self) -> None:
+        """STAND until the pose is reached (and, with the remote, its policy combination)."""
+        deadline = time.monotonic() + self.machine.cfg.stand_s + 5.0
+        cause = "stand reached"
+        if self.sticks is not None:
+            self.phase = f"stand: {COMBOS['policy']} on the remote starts the policy"
+            if not self._wait_for("policy"):
+                return
+            deadline = time.monotonic() + self.machine.cfg.stand_s + 5.0
+            cause = f"remote {COMBOS['policy']}"
+        else:
+            self.phase = "stand"
+        while not self.machine.stand_done(self._q(), cause):
+            if self.machine.stopped:
+                return
+            if time.monotonic() > deadline:
+                self.machine.stop("the stand-up did not reach the default pose")
+                return
+            time.sleep(0.005)
+        self.phase = "policy"
 
     def _q(self) -> np.ndarray:
         with self._lock:
             state = self._state
         return state["motor_state[].q"].astype(np.float64)[self.motor_index]
 
-    def close(self) -> None:
-        """Latch damping, keep sending it briefly, then leave the wire."""
+    def close(self, cause: str = "run ended") -> None:
+        """Latch damping (the operator's stop, ``cause``), keep sending it briefly, then
+        leave the wire."""
         if self._running:
             if not self.machine.stopped:
-                self.machine.stop("run ended")
+                self.machine.stop(cause, safety=False)
             time.sleep(0.05)  # a few damping commands go out
             self._running = False
             if self._thread is not None:
@@ -280,11 +363,38 @@ class UnitreePlant:
             self.motor_index,
             velocity,
         )
-        command = self.command.at(time.monotonic() - self._t0)
-        if velocity is not None and len(command) >= 2 and self.machine.mode is Mode.POLICY:
+        command = clamp(self._command(), self.ranges)
+        if self.machine.mode is Mode.POLICY:
+            self._track(command, velocity)
+        return self.builder.build(robot, command)[None]
+
+    def _track(self, command: np.ndarray, velocity: np.ndarray | None) -> None:
+        """The report's figures of a policy tick: the commands' range, the tracking error."""
+        low, high = (command, command) if self._command_range is None else self._command_range
+        self._command_range = (np.minimum(low, command), np.maximum(high, command))
+        if velocity is not None and len(command) >= 2:
             self._errors.append(float(np.linalg.norm(command[:2] - velocity[:2])))
             self._speeds.append(float(velocity[0]))
-        return self.builder.build(robot, command)[None]
+
+    def _command(self) -> np.ndarray:
+        if self.sticks is not None:
+            return self.sticks.of(self.pad)
+        return self.command.at(time.monotonic() - self._t0)
+
+    def status(self) -> dict[str, Any]:
+        """What the operator sees live: mode, phase, tick, command, velocity and tilt."""
+        with self._lock:
+            state, velocity_w = self._state, self._velocity_w
+        out: dict[str, Any] = {"mode": self.machine.mode.value, "phase": self.phase,
+                               "tick": self.counts["ticks"], "command": None,
+                               "velocity": None, "tilt": None}  # fmt: skip
+        if state is not None:
+            quat = state["imu_state.quaternion"].astype(np.float64)
+            out["tilt"] = tilt(quat)
+            out["command"] = clamp(self._command(), self.ranges).tolist()
+            if velocity_w is not None:
+                out["velocity"] = world_to_body(quat, velocity_w).tolist()
+        return out
 
     def actuate(self, action: np.ndarray) -> None:
         """The policy's raw action (1, n): to the safety machine, and the next last-action."""
@@ -308,6 +418,9 @@ class UnitreePlant:
             "falls": falls,
             "tracking_error": float(np.mean(self._errors)) if self._errors else None,
             "forward_velocity": float(np.mean(self._speeds)) if self._speeds else None,
+            "command_range": None  # [min, max] of each command over the policy's ticks
+            if self._command_range is None
+            else [r.tolist() for r in self._command_range],
             "state_messages": self.counts["states"],
             "command_messages": self.counts["commands"],
             **self.machine.report(),

@@ -150,6 +150,21 @@ _DOMAINS: dict[int, tuple[Any, str | None]] = {}
 """Domains configured by this process (CycloneDDS configures a domain once a process)."""
 
 
+def check_interface(interface: str | None) -> None:
+    """A network interface this machine has, or a one-line error (before CycloneDDS, which
+    prints its own lines and takes seconds to give up on a name it cannot find)."""
+    import socket
+
+    from orin_rl.robot import RobotError
+
+    names = [name for _, name in socket.if_nameindex()]
+    if interface and interface not in names:
+        raise RobotError(
+            f"no network interface {interface!r} on this machine (it has {', '.join(names)}): "
+            "name one of them (lo for a twin here, the robot's network one, e.g. eth0)"
+        )
+
+
 def participant(domain: int, interface: str | None) -> Any:
     """A DDS participant on ``domain``, bound to network ``interface`` (``lo``: this machine
     only) where given; Unitree's SDK configures CycloneDDS the same way. A process configures
@@ -159,6 +174,7 @@ def participant(domain: int, interface: str | None) -> Any:
 
     from orin_rl.robot import RobotError
 
+    check_interface(interface)
     if interface and domain not in _DOMAINS:
         xml = (
             "<CycloneDDS><Domain><General><Interfaces>"

@@ -4,18 +4,61 @@ The bundle's ``deploy`` contract says everything the robot side needs (``robot.c
 the plant (``robot.unitree``) stands the robot up through the safety state machine, then the
 control loop runs the policy at the contract's period until ``steps`` ticks or a latched stop.
 Torch-free with ONNX Runtime or TensorRT.
+
+Every way a run ends writes the report, with ``end`` saying which (``ENDS``): its ``steps``, the
+operator's stop (the remote), a safety stop in any phase, Ctrl-C (``interrupted``) or SIGTERM
+(``terminated``); the robot is latched to damping in each. A ``status`` callback sees the run
+live (``Watch``).
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from orin_rl.runtime import load
-from orin_rl.runtime.loop import ControlLoop, LoopConfig
-from orin_rl.runtime.stats import histogram_png, write_report
+from orin_rl.runtime.loop import ControlLoop, LoopConfig, LoopResult
+from orin_rl.runtime.stats import (
+    LatencyRecorder,
+    histogram_png,
+    jitter_us,
+    summarize_us,
+    write_report,
+)
+
+log = logging.getLogger(__name__)
+
+ENDS = ("steps", "operator stop", "safety stop", "interrupted", "terminated")
+"""How a robot run ended (the report's ``end``)."""
+
+
+class Terminated(Exception):
+    """SIGTERM arrived during a robot run (raised in the main thread by its handler)."""
+
+
+@contextlib.contextmanager
+def sigterm_raises() -> Iterator[None]:
+    """SIGTERM raises ``Terminated`` in the main thread while inside (elsewhere: nothing)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        raise Terminated()
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def contract_of(model: str | Path) -> Any:
@@ -37,11 +80,12 @@ def contract_of(model: str | Path) -> Any:
 
 
 def parse_command(text: str | None, contract: Any, every_s: float) -> Any:
-    """``--command``: 'VX,VY,WZ', 'random' (the training ranges) or None (zero)."""
+    """``--command``: 'VX,VY,WZ', 'random' (the training ranges), 'remote' or None (zero);
+    a fixed value outside the contract's ranges is refused."""
     from orin_rl.errors import OrinError
     from orin_rl.robot.unitree import CommandSource
 
-    if text is None:
+    if text is None or text == "remote":
         return None
     if text == "random":
         ranges = contract.command_ranges()
@@ -56,7 +100,96 @@ def parse_command(text: str | None, contract: Any, every_s: float) -> Any:
     if len(value) != want or not np.all(np.isfinite(value)):
         raise OrinError(f"--command {text!r}: the policy takes {want} finite values "
                         f"({', '.join(contract.commands.get('terms', []))})")  # fmt: skip
+    _check_in_ranges(text, value, contract)
     return CommandSource(value=value)
+
+
+def _check_in_ranges(text: str, value: np.ndarray, contract: Any) -> None:
+    """A fixed command outside the policy's training ranges: one line naming them."""
+    from orin_rl.errors import OrinError
+
+    terms = contract.commands.get("terms", [])
+    for term, v, (low, high) in zip(terms, value, contract.command_ranges(), strict=False):
+        if not low <= v <= high:
+            ranges = ", ".join(f"{t} [{lo:g}, {hi:g}]" for t, (lo, hi) in
+                               zip(terms, contract.command_ranges(), strict=False))  # fmt: skip
+            raise OrinError(f"--command {text!r}: {term} {v:g} is outside the policy's "
+                            f"training range; give values within {ranges}")  # fmt: skip
+
+
+class Watch:
+    """The run seen live: sensor → actuate latency of each tick (as the loop measures it), and
+    a thread handing ``status`` a snapshot every ``every_s`` (mode, phase, tick, command,
+    velocity, tilt, p99 of the last 500 ticks, deadline misses, transitions so far)."""
+
+    def __init__(
+        self,
+        robot: Any,
+        steps: int,
+        period_s: float,
+        status: Callable[[dict[str, Any]], None] | None,
+        every_s: float = 0.2,
+    ):
+        self.robot, self.status, self.every_s = robot, status, every_s
+        self.recorder = LatencyRecorder(steps)
+        self.period_ns = round(period_s * 1e9)
+        self.misses = 0
+        self._start = self._previous = 0
+        self._running = False
+        self._thread: threading.Thread | None = None
+
+    def sensor(self) -> np.ndarray:
+        """The plant's sensor, timed from here."""
+        self._start = time.monotonic_ns()
+        return self.robot.sensor()
+
+    def actuate(self, action: np.ndarray) -> None:
+        """The plant's actuate; the tick's latency recorded."""
+        self.robot.actuate(action)
+        latency = time.monotonic_ns() - self._start
+        self.misses += latency > self.period_ns
+        self.recorder.record(latency, self._start - (self._previous or self._start))
+        self._previous = self._start
+
+    def snapshot(self) -> dict[str, Any]:
+        """The status now."""
+        n = min(self.recorder.count, self.recorder.capacity)
+        recent = self.recorder.latency_ns[max(0, n - 500) : n]
+        p99 = float(np.percentile(recent, 99)) / 1e3 if n else None
+        return {**self.robot.status(), "p99_us": p99, "misses": self.misses,
+                "transitions": list(self.robot.machine.transitions)}  # fmt: skip
+
+    def result(self) -> LoopResult:
+        """What the ticks so far measured (a run cut short by a signal has no loop result)."""
+        n = min(self.recorder.count, self.recorder.capacity)
+        latency = self.recorder.latency_ns[:n].copy()
+        return LoopResult(n, summarize_us(latency), jitter_us(self.recorder.period_ns[1:n],
+                          self.period_ns), self.misses, 0, 0, latency_ns=latency)  # fmt: skip
+
+    def __enter__(self) -> Watch:
+        if self.status is not None:
+            self._running = True
+            self._thread = threading.Thread(target=self._loop, name="status", daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._running = False
+        if self._thread is not None:
+            self._thread.join(timeout=1.0)
+        if self.status is not None:
+            self._call()  # the final state (the stop's transition)
+
+    def _loop(self) -> None:
+        while self._running:
+            self._call()
+            time.sleep(self.every_s)
+
+    def _call(self) -> None:
+        try:
+            self.status(self.snapshot())
+        except Exception:  # a display's failure never stops the robot's run
+            log.exception("the status display failed")
 
 
 def run_on_robot(
@@ -75,30 +208,28 @@ def run_on_robot(
     loop_options: dict[str, Any] | None = None,
     backend_options: dict[str, Any] | None = None,
     precision: str | None = None,
-    wait_s: float = 5.0,
+    wait_s: float = 60.0,
+    status: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
-    """Stand the robot up, run ``steps`` policy ticks (or until a latched stop), damp it.
-    ``wait_s``: how long to wait for the robot's first state."""
-    from orin_rl.robot.safety import SafetyConfig
+    """Stand the robot up, run ``steps`` policy ticks (or until a stop), damp it; the report
+    (written to ``report`` however the run ends) says how it ended (``end``).
+
+    ``command`` 'remote': the robot's remote gives the command and the transitions
+    (``robot.remote``). ``wait_s``: how long to wait for the robot's first state.
+    ``status``: called with a live snapshot (``Watch``) from another thread."""
+    from orin_rl.robot.safety import Mode, SafetyConfig
     from orin_rl.robot.unitree import UnitreePlant
-    from orin_rl.runtime.base import RuntimeBackendError
 
     contract = contract_of(model)
+    source = parse_command(command, contract, command_every_s)
+    safety_cfg = SafetyConfig(**(safety or {}))
+    safety_cfg.check()
+    if report:
+        Path(report).unlink(missing_ok=True)  # no stale report outlives a run that fails
     runner = load(model, backend, device, precision=precision, **(backend_options or {}))
-    width = [d for d in runner.input_spec.shape[1:] if isinstance(d, int)]
-    if width and width != [contract.obs_dim]:
-        raise RuntimeBackendError(
-            f"the model takes {width[0]} observations, its deploy contract builds "
-            f"{contract.obs_dim}: the bundle is inconsistent; export it again"
-        )
-    robot = UnitreePlant(
-        contract,
-        plant,
-        domain,
-        interface,
-        parse_command(command, contract, command_every_s),
-        SafetyConfig(**(safety or {})),
-    )
+    _check_width(runner, contract)
+    robot = UnitreePlant(contract, plant, domain, interface, source, safety_cfg,
+                         remote=command == "remote")  # fmt: skip
     safe = np.zeros((1, contract.num_joints), dtype=np.float32)
     runner.safe_action = safe[0]
 
@@ -111,16 +242,49 @@ def run_on_robot(
 
     rate = 1.0 / contract.step_dt
     cfg = LoopConfig(rate_hz=rate, iterations=steps, **(loop_options or {}))
-    with runner:
-        robot.start(wait_s)
+    watch = Watch(robot, steps, contract.step_dt, status)
+    end, result = "steps", None
+    with sigterm_raises(), runner, watch:
         try:
-            result = ControlLoop(robot.sensor, infer, robot.actuate, cfg, safe_action=safe,
-                                 should_stop=robot.should_stop).run()  # fmt: skip
+            robot.start(wait_s)
+            if robot.machine.mode is Mode.POLICY:
+                result = ControlLoop(watch.sensor, infer, watch.actuate, cfg, safe_action=safe,
+                                     should_stop=robot.should_stop).run()  # fmt: skip
+        except KeyboardInterrupt:
+            end = "interrupted"
+            robot.close("interrupted (Ctrl-C)")
+        except Terminated:
+            end = "terminated"
+            robot.close("terminated (SIGTERM)")
         finally:
             robot.close()
-    out = {**runner.describe(), "rate_hz": rate, **result.to_dict(), **robot.report()}
+    result = result or watch.result()
+    out = {**runner.describe(), "rate_hz": rate, **result.to_dict(), **robot.report(),
+           "end": _end(end, robot.machine)}  # fmt: skip
     if report:
         write_report(out, report)
-    if histogram:
+    if histogram and len(result.latency_ns):
         histogram_png(result.latency_ns, histogram, f"{out['backend']} on {plant}", 1e6 / rate)
     return out
+
+
+def _end(end: str, machine: Any) -> str:
+    """``ENDS``: a safety stop outranks everything but a signal; then the operator's stop."""
+    if end != "steps":
+        return end
+    if machine.safety_stop:
+        return "safety stop"
+    if any(t["cause"].startswith("remote stop") for t in machine.transitions):
+        return "operator stop"
+    return "steps"
+
+
+def _check_width(runner: Any, contract: Any) -> None:
+    from orin_rl.runtime.base import RuntimeBackendError
+
+    width = [d for d in runner.input_spec.shape[1:] if isinstance(d, int)]
+    if width and width != [contract.obs_dim]:
+        raise RuntimeBackendError(
+            f"the model takes {width[0]} observations, its deploy contract builds "
+            f"{contract.obs_dim}: the bundle is inconsistent; export it again"
+        )

@@ -4,6 +4,8 @@ whose policy is a fixed linear map (zero: the default pose) carrying that contra
 from __future__ import annotations
 
 import os
+import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -79,3 +81,43 @@ def linear_bundle(folder: Path, contract: dict, weight: float = 0.0, bias=None) 
     )
     (folder / "policy.json").write_text(info.to_json())
     return folder
+
+
+class StandIn(threading.Thread):
+    """A robot on the wire without physics: publishes LowState_ at 500 Hz; its joints go
+    where the last command with stiffness put them; records what it was sent."""
+
+    def __init__(self, domain: int, contract, tilt: float = 0.0):
+        super().__init__(daemon=True)
+        from orin_rl.robot import unitree_msgs as msgs
+        from orin_rl.robot.wire import Endpoint, Layout, participant
+
+        self.dp = participant(domain, "lo")
+        self.out = Endpoint(self.dp, msgs.LOWSTATE, msgs.HgLowState, "writer")
+        self.sport = Endpoint(self.dp, msgs.SPORTSTATE, msgs.GoSportModeState, "writer")
+        self.sport_bytes = bytes(Layout(msgs.GoSportModeState).encode({}))
+        self.cmd = Endpoint(self.dp, msgs.LOWCMD, msgs.HgLowCmd, "reader")
+        self.state_layout, self.cmd_layout = Layout(msgs.HgLowState), Layout(msgs.HgLowCmd)
+        self.q = np.zeros(35)
+        self.q[contract.motor_index] = np.asarray(contract.default_joint_pos) + 0.05
+        self.quat = np.array([np.cos(tilt / 2), np.sin(tilt / 2), 0.0, 0.0])
+        self.remote = bytes(40)
+        """``wireless_remote``'s bytes in each state."""
+        self.kp_seen: list[float] = []
+        self.publishing = True
+        self.running = True
+
+    def run(self):
+        while self.running:
+            data = self.cmd.take_latest()
+            if data is not None:
+                c = self.cmd_layout.decode(data, ("motor_cmd[].q", "motor_cmd[].kp"))
+                self.kp_seen.append(float(c["motor_cmd[].kp"].max()))
+                stiff = c["motor_cmd[].kp"] > 0
+                self.q[stiff] = c["motor_cmd[].q"][stiff]
+            if self.publishing:
+                self.out.write(self.state_layout.encode(
+                    {"imu_state.quaternion": self.quat, "motor_state[].q": self.q,
+                     "wireless_remote": np.frombuffer(self.remote, np.uint8)}))  # fmt: skip
+                self.sport.write(self.sport_bytes)  # standing still
+            time.sleep(0.002)

@@ -1,0 +1,249 @@
+"""``orin-rl run --plant`` as an operator at the robot sees it (issue 51): what is printed while
+the robot is driven, how each way a run ends is reported (exit code, summary, report), and the
+inputs refused before anything is driven. A robot stand-in on loopback DDS, each test its own
+domain, each run bounded in time."""
+
+from __future__ import annotations
+
+import io
+import json
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from tests.robot.conftest import StandIn, linear_bundle, require_dds
+
+require_dds()
+
+from orin_rl.robot import RobotError  # noqa: E402
+from orin_rl.robot.contract import DeployContract  # noqa: E402
+from orin_rl.robot.unitree import UnitreePlant  # noqa: E402
+
+SAFETY_CODE = 3
+
+
+class Run:
+    """``orin-rl run --plant unitree-g1`` on ``domain`` in its own process, its stdout read
+    line by line as it comes."""
+
+    def __init__(self, bundle, domain: int, report, *extra: str):
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "orin_rl.cli", "-q", "run", "--model", str(bundle),
+             "--plant", "unitree-g1", "--dds-domain", str(domain), "--dds-interface", "lo",
+             "--stand-s", "0.2", "--steps", "100000", "--wait-s", "30", "--report", str(report),
+             *extra],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        self.lines: queue.Queue[str] = queue.Queue()
+        self.seen: list[str] = []
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            self.lines.put(line.rstrip("\n"))
+
+    def wait_for(self, text: str, timeout: float = 60.0) -> None:
+        """Until a line containing ``text`` is printed (the run still going)."""
+        deadline = time.monotonic() + timeout
+        while not any(text in line for line in self.seen):
+            try:
+                self.seen.append(self.lines.get(timeout=max(0.01, deadline - time.monotonic())))
+            except queue.Empty:
+                self.proc.kill()
+                pytest.fail(f"no line with {text!r} within {timeout} s: {self.seen}")
+
+    def finish(self, timeout: float = 60.0) -> int:
+        rc = self.proc.wait(timeout=timeout)
+        time.sleep(0.1)
+        while not self.lines.empty():
+            self.seen.append(self.lines.get())
+        return rc
+
+
+@pytest.fixture
+def bundle(tmp_path, g1_contract):
+    return linear_bundle(tmp_path / "bundle", g1_contract)
+
+
+@pytest.mark.parametrize("sig, code, end", [(signal.SIGINT, 130, "interrupted"),
+                                            (signal.SIGTERM, 143, "terminated")])  # fmt: skip
+def test_ctrl_c_and_sigterm_latch_damping_and_write_the_report(bundle, tmp_path, g1_contract,
+                                                               sig, code, end):  # fmt: skip
+    """The transitions are printed while the robot is driven (they came only after the run
+    ended); Ctrl-C (SIGINT) or SIGTERM in the policy phase: the robot is latched to damping,
+    the report is written in place of a stale one and says so (Ctrl-C wrote none and left the
+    stale one; SIGTERM killed it silently) (mutation: the report written only after a normal
+    end: the stale report stays)."""
+    domain = {signal.SIGINT: 28, signal.SIGTERM: 29}[sig]
+    robot = StandIn(domain, DeployContract.from_dict(g1_contract))
+    robot.start()
+    report = tmp_path / "run.json"
+    report.write_text('{"stale": true}')
+    try:
+        run = Run(bundle, domain, report)
+        run.wait_for("stand -> policy")
+        assert run.proc.poll() is None  # printed live, the run still going
+        run.proc.send_signal(sig)
+        rc = run.finish()
+    finally:
+        robot.running = False
+    assert rc == code, (run.seen, run.proc.stderr.read())
+    data = json.loads(report.read_text())
+    assert data["end"] == end and data["safety_mode"] == "stopped" and data["ticks"] > 0
+    assert data["transitions"][-1]["to"] == "stopped" and not data["transitions"][-1]["safety"]
+    assert any("latched to damping" in line and end in line for line in run.seen), run.seen
+
+
+@pytest.mark.parametrize("phase", ["start-up", "policy"])
+def test_a_safety_stop_in_any_phase_has_its_own_exit_code(bundle, tmp_path, g1_contract, phase):
+    """A tilted robot (stopped at the start-up check: exited 2 with no summary) and a robot gone
+    silent in the policy phase (the watchdog: exited 0) both exit with the safety code, with
+    the summary and the report (mutations: the start-up check's stop raised again; the exit
+    code taken from the loop's end only)."""
+    domain = {"start-up": 30, "policy": 31}[phase]
+    robot = StandIn(domain, DeployContract.from_dict(g1_contract),
+                    tilt=1.2 if phase == "start-up" else 0.0)  # fmt: skip
+    robot.start()
+    report = tmp_path / "run.json"
+    try:
+        run = Run(bundle, domain, report)
+        if phase == "policy":
+            run.wait_for("stand -> policy")
+            robot.publishing = False
+        rc = run.finish()
+    finally:
+        robot.running = False
+    assert rc == SAFETY_CODE, (run.seen, run.proc.stderr.read())
+    data = json.loads(report.read_text())
+    cause = "tilt 1.20 rad" if phase == "start-up" else "silent"
+    assert data["end"] == "safety stop" and cause in data["safety_stop"], data["transitions"]
+    assert any(line.startswith("end          safety stop") for line in run.seen), run.seen
+    hinted = any(line.startswith("hint         stopped before the stand-up") for line in run.seen)
+    assert hinted == (phase == "start-up"), run.seen  # a fallen twin said nothing of a reset
+
+
+def test_the_remotes_combinations_move_the_machine_each_in_its_own_mode(g1_contract):
+    """On the wire, as a robot forwards its remote: R1+X in passive does nothing; L2+up stands
+    the robot up, which then holds the pose (no policy) until R1+X; L2+B stops it, the
+    operator's stop, not a safety one (mutations: a combination counted in any mode: the
+    early R1+X starts the policy; the remote's stop recorded as a safety stop)."""
+    from orin_rl.robot.remote import COMBOS, RemoteState, combo_mask, encode
+    from orin_rl.robot.safety import Mode, SafetyConfig
+
+    def hold(combo: str | None) -> None:
+        robot.remote = encode(RemoteState(combo_mask(combo) if combo else 0))
+        time.sleep(0.1)
+
+    contract = DeployContract.from_dict(g1_contract)
+    robot = StandIn(26, contract)
+    robot.start()
+    plant = UnitreePlant(contract, domain=26, interface="lo", remote=True,
+                         safety=SafetyConfig(stand_s=0.2))  # fmt: skip
+    starter = threading.Thread(target=plant.start, kwargs={"wait_s": 10.0}, daemon=True)
+    try:
+        starter.start()
+        hold(COMBOS["policy"])  # too early: passive
+        hold(None)
+        assert plant.machine.mode is Mode.PASSIVE
+        hold(COMBOS["stand"])
+        hold(None)
+        time.sleep(0.5)  # the stand-up's 0.2 s are over and the pose is reached
+        assert plant.machine.mode is Mode.STAND
+        hold(COMBOS["policy"])
+        starter.join(timeout=5.0)
+        assert plant.machine.mode is Mode.POLICY
+        hold(COMBOS["stop"])
+        assert plant.machine.stopped and plant.machine.safety_stop is None
+    finally:
+        plant.close()
+        robot.running = False
+    causes = [t["cause"] for t in plant.machine.transitions]
+    assert causes[0] == "remote L2+up" and causes[1].startswith("remote R1+X"), causes
+    assert causes[2] == "remote stop (L2+B)", causes
+
+
+def test_a_second_publisher_of_the_robots_state_is_refused(g1_contract):
+    """Two robots (or twins) on one domain went unnoticed, their states interleaved; the plant
+    refuses before it drives anything (mutation: no count of rt/lowstate's publishers)."""
+    contract = DeployContract.from_dict(g1_contract)
+    robots = [StandIn(27, contract), StandIn(27, contract)]
+    for robot in robots:
+        robot.start()
+    plant = UnitreePlant(contract, domain=27, interface="lo")
+    try:
+        with pytest.raises(RobotError, match="2 publishers of rt/lowstate"):
+            plant.start(wait_s=10.0)
+    finally:
+        plant.close()
+        for robot in robots:
+            robot.running = False
+    assert max(robots[0].kp_seen, default=0.0) == 0.0  # nothing was stood up
+
+
+@pytest.mark.parametrize("flag", [["--rate", "200"], ["--env", "Pendulum-v1"],
+                                  ["--plant-device", "cuda"]])  # fmt: skip
+def test_a_flag_the_plant_overrides_is_refused(flag, capsys):
+    """``--rate 200`` with the G1 plant was silently ignored (the contract's period runs);
+    now refused in one line before anything loads (mutation: no check of the flags)."""
+    from orin_rl.cli.app import main
+
+    rc = main(["-q", "run", "--model", "nowhere", "--plant", "unitree-g1", *flag])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and f"{flag[0]} does not apply" in err[0], err
+
+
+def test_a_robot_flag_without_a_plant_is_refused(capsys):
+    """``--command`` or ``--tilt-limit`` without ``--plant`` went unnoticed into a simulated
+    run (mutation: no check of the robot flags)."""
+    from orin_rl.cli.app import main
+
+    rc = main(["-q", "run", "--model", "nowhere", "--command", "0.5,0,0"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "--command drives a robot" in err[0], err
+
+
+def test_the_status_line_shows_what_the_operator_needs():
+    """mode, tick, commanded and measured velocity, tilt, p99 latency and misses."""
+    from orin_rl.cli.run import status_line
+
+    line = status_line({"mode": "policy", "tick": 412, "command": [0.5, 0.0, -0.25],
+                        "velocity": np.array([0.48, 0.01, -0.2]), "tilt": 0.031,
+                        "p99_us": 721.4, "misses": 2})  # fmt: skip
+    for part in ("policy", "412", "+0.50 +0.00 -0.25", "+0.48", "0.03 rad", "721 µs",
+                 "misses 2"):  # fmt: skip
+        assert part in line, line
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_the_status_is_rewritten_on_a_terminal_and_plain_lines_when_piped():
+    """On a terminal the status line is rewritten in place (carriage return) and each
+    transition gets its own line; piped, plain lines only, at most one status line per
+    ``plain_every_s`` (nothing was printed while the robot was driven)."""
+    from orin_rl.cli.run import StatusPrinter
+
+    snap = {"mode": "policy", "phase": "policy", "tick": 7, "command": [0.5, 0.0, 0.0],
+            "velocity": None, "tilt": 0.02, "p99_us": 400.0, "misses": 0,
+            "transitions": [{"tick": 0, "time_s": 1.0, "from": "stand", "to": "policy",
+                             "cause": "remote R1+X"}]}  # fmt: skip
+    tty = _Terminal()
+    printer = StatusPrinter(tty)
+    printer(snap)
+    printer({**snap, "tick": 8})
+    text = tty.getvalue()
+    assert "stand -> policy: remote R1+X\n" in text and "\rpolicy   tick      8" in text, text
+    piped = io.StringIO()
+    printer = StatusPrinter(piped, plain_every_s=3600.0)
+    for tick in range(5):
+        printer({**snap, "tick": tick})
+    lines = piped.getvalue().splitlines()
+    assert "\r" not in piped.getvalue() and sum(x.startswith("policy ") for x in lines) == 1

@@ -1,0 +1,134 @@
+"""The twin (``orin-rl sim-robot``) as a user meets it (issue 51 item 4): its interface checked
+before the model is built and in one line, a second twin on a domain refused, and the robot
+back in its start pose once the run that drove it has ended (a fallen twin served no second
+run). In-process on loopback DDS, one model built for the file's tests."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from tests.robot.conftest import require_dds, require_mjlab
+
+require_dds()
+
+from orin_rl.robot import RobotError  # noqa: E402
+from orin_rl.robot.observations import tilt  # noqa: E402
+
+
+def test_a_missing_interface_is_one_line_before_the_model_is_built(monkeypatch):
+    """``--dds-interface`` naming no interface: CycloneDDS printed its own line and gave up
+    after 17.7 s, after the model's build (mutations: the check after the build; no check:
+    CycloneDDS's line comes back)."""
+    from orin_rl.robot import twin as twin_mod
+
+    def no_build(*_):
+        raise AssertionError("the model was built before the interface was checked")
+
+    monkeypatch.setattr(twin_mod, "build_model", no_build)
+    with pytest.raises(RobotError, match=r"no network interface 'nosuchif0'.*lo"):
+        twin_mod.RobotTwin("unitree-g1", domain=33, interface="nosuchif0")
+    proc = subprocess.run(
+        [sys.executable, "-m", "orin_rl.cli", "-q", "sim-robot", "--dds-domain", "33",
+         "--dds-interface", "nosuchif0", "--seconds", "1"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert (
+        proc.stderr.strip().splitlines()
+        == [
+            line
+            for line in proc.stderr.splitlines()
+            if line.startswith("orin-rl sim-robot: error:")
+        ]
+        and len(proc.stderr.strip().splitlines()) == 1
+    ), proc.stderr
+
+
+@pytest.fixture(scope="module")
+def g1_model():
+    """The G1 task's scene, built once for this file's twins."""
+    require_mjlab()
+    from orin_rl.robot.twin import TASKS, build_model
+
+    return build_model(TASKS["unitree-g1"], 0.002)
+
+
+def test_the_twin_resets_after_a_run_and_a_second_twin_is_refused(g1_model):
+    """A run drives the twin (a damping command), the robot falls over (knocked to 1.5 rad);
+    within 1 s of the last command it is left as it is (the run sees its fall), after that it
+    is back upright in its start pose, limp, on the gantry; a second twin on the same domain
+    is refused before it publishes (mutations: no reset; the publisher count removed)."""
+    from orin_rl.robot import unitree_msgs as msgs
+    from orin_rl.robot.twin import RobotTwin
+    from orin_rl.robot.unitree import HgCodec
+    from orin_rl.robot.wire import Endpoint, participant
+
+    twin = RobotTwin("unitree-g1", domain=34, interface="lo", model=g1_model)
+    start = twin.d.qpos.copy()
+    writer = Endpoint(participant(34, "lo"), msgs.LOWCMD, msgs.HgLowCmd, "writer")
+    damping = HgCodec().lowcmd(np.zeros(35), np.zeros(35), np.full(35, 3.0), np.ones(35), 0)
+    deadline = time.monotonic() + 10.0
+    t = 0.0
+    while twin.report["commands"] == 0 and time.monotonic() < deadline:
+        writer.write(damping)
+        time.sleep(0.01)
+        t += 0.01
+        twin.step(t)
+    assert twin.report["commands"] > 0
+    twin.d.qpos[3:7] = [np.cos(0.75), np.sin(0.75), 0.0, 0.0]  # knocked over
+    twin.step(t + 0.5)
+    assert tilt(twin.d.qpos[3:7]) > 1.4 and twin.report["resets"] == 0
+    twin.step(t + 2.0)
+    assert twin.report["resets"] == 1 and tilt(twin.d.qpos[3:7]) < 0.01
+    np.testing.assert_allclose(twin.d.qpos[:3], start[:3], atol=1e-3)
+    with pytest.raises(RobotError, match="already published on DDS domain 34"):
+        RobotTwin("unitree-g1", domain=34, interface="lo", model=twin.m)
+
+
+def test_a_tilted_twin_gives_the_safety_code_and_the_report(g1_model, g1_contract, tmp_path):
+    """The twin started rolled 1.2 rad (1.31 read at the check here), stepping in real time; ``run``
+    against it: the start-up check stops it before the stand-up, exit 3 with the summary and
+    the report (it exited 2 with one line, no report: "not started: tilt ...") (mutation: the
+    start-up check's stop raised again)."""
+    import json
+    import re
+    import threading
+
+    from orin_rl.robot.twin import RobotTwin
+    from tests.robot.conftest import linear_bundle
+
+    twin = RobotTwin("unitree-g1", domain=37, interface="lo", model=g1_model, tilt0=1.2)
+    running = True
+
+    def step_in_real_time():
+        period, next_time = g1_model.opt.timestep, time.monotonic()
+        while running:
+            twin.step(time.monotonic())
+            next_time += period
+            time.sleep(max(0.0, next_time - time.monotonic()))
+
+    stepper = threading.Thread(target=step_in_real_time, daemon=True)
+    stepper.start()
+    bundle = linear_bundle(tmp_path / "bundle", g1_contract)
+    report = tmp_path / "run.json"
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "orin_rl.cli", "-q", "run", "--model", str(bundle),
+             "--plant", "unitree-g1", "--dds-domain", "37", "--dds-interface", "lo",
+             "--wait-s", "30", "--report", str(report)],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+    finally:
+        running = False
+        stepper.join(timeout=5.0)
+    assert proc.returncode == 3, (proc.stdout, proc.stderr)
+    data = json.loads(report.read_text())
+    assert data["end"] == "safety stop", data
+    assert re.fullmatch(r"tilt 1\.\d\d rad > 1", data["safety_stop"]), data["safety_stop"]
+    assert [(t["from"], t["to"]) for t in data["transitions"]] == [("passive", "stopped")]
+    assert "end          safety stop" in proc.stdout, proc.stdout
