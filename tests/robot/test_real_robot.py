@@ -122,12 +122,12 @@ def test_run_refuses_mjlabs_g1_on_a_real_g1_in_one_line(g1_contract, tmp_path):
     require_dds()
     contract = DeployContract.from_dict(g1_contract)
     bundle = linear_bundle(tmp_path / "bundle", g1_contract)
-    robot = LowStateOnly(26, contract, mode_machine=5, sport=False)
+    robot = LowStateOnly(40, contract, mode_machine=5, sport=False)
     robot.start()
     try:
         proc = subprocess.run(
             [sys.executable, "-m", "orin_rl.cli", "-q", "run", "--model", str(bundle),
-             "--plant", "unitree-g1", "--dds-domain", "26", "--dds-interface", "lo",
+             "--plant", "unitree-g1", "--dds-domain", "40", "--dds-interface", "lo",
              "--steps", "5"],
             capture_output=True, text=True, timeout=120,
         )  # fmt: skip
@@ -151,8 +151,8 @@ def test_the_twin_runs_mjlabs_g1_with_a_warning_and_a_g1_runs_the_real_task(
     from orin_rl.robot.safety import Mode, SafetyConfig
     from orin_rl.robot.unitree import UnitreePlant
 
-    for domain, deploy, mode_machine, sport in ((27, g1_contract, 0, True),
-                                                (28, real_contract, 5, False)):  # fmt: skip
+    for domain, deploy, mode_machine, sport in ((41, g1_contract, 0, True),
+                                                (42, real_contract, 5, False)):  # fmt: skip
         contract = DeployContract.from_dict(deploy)
         robot = LowStateOnly(domain, contract, mode_machine, sport)
         robot.start()
