@@ -97,7 +97,8 @@ def _header(sec: int, frame: str) -> m.Header:
 
 
 def _cases():
-    """(ours, rclpy's class): every field set, each value its own (a swap shows)."""
+    """(ours, rclpy's class): every field set, each value its own (a swap shows); by
+    keyword where a field order is what is under test."""
     from diagnostic_msgs.msg import DiagnosticArray
     from geometry_msgs.msg import Twist
     from nav_msgs.msg import Odometry
@@ -111,12 +112,15 @@ def _cases():
         (m.Twist(v3(1.5), v3(-2.0)), Twist),
         (m.JointState(_header(7, "base"), ["left_hip", "right_knee_joint", "w"],
                       [0.5, 1.5, 2.5], [3.5, 4.5, 5.5], [6.5, 7.5, 8.5]), JointState),
-        (m.Imu(_header(8, "imu_in_pelvis"), m.Quaternion(0.1, 0.2, 0.3, 0.9), cov[:9], v3(3.0),
-               cov[9:18], v3(4.0), cov[18:27]), Imu),
-        (m.Odometry(_header(9, "odom"), "pelvis",
-                    m.PoseWithCovariance(m.Pose(m.Point(1.0, 2.0, 3.0),
-                                                m.Quaternion(0.4, 0.5, 0.6, 0.7)), cov),
-                    m.TwistWithCovariance(m.Twist(v3(5.0), v3(6.0)), cov[::-1])), Odometry),
+        (m.Imu(header=_header(8, "imu_in_pelvis"),
+               orientation=m.Quaternion(0.1, 0.2, 0.3, 0.9), orientation_covariance=cov[:9],
+               angular_velocity=v3(3.0), angular_velocity_covariance=cov[9:18],
+               linear_acceleration=v3(4.0), linear_acceleration_covariance=cov[18:27]), Imu),
+        (m.Odometry(header=_header(9, "odom"), child_frame_id="pelvis",
+                    pose=m.PoseWithCovariance(m.Pose(m.Point(1.0, 2.0, 3.0),
+                                                     m.Quaternion(0.4, 0.5, 0.6, 0.7)), cov),
+                    twist=m.TwistWithCovariance(m.Twist(v3(5.0), v3(6.0)), cov[::-1])),
+         Odometry),
         (m.DiagnosticArray(_header(10, "d"), [
             m.DiagnosticStatus(2, "orin_rl: g1", "safety: stopped", "g1",
                                [m.KeyValue("mode", "stopped"), m.KeyValue("p99", "812.5")]),
@@ -125,9 +129,10 @@ def _cases():
 
 
 class TestTypes:
-    """Each type's DDS name and bytes are rclpy's (mutations seen failing: a field order
-    swapped in Imu, a type name's ``_`` dropped, ``level`` as int32, JointState's name
-    sequence read as one string)."""
+    """Each type's DDS name and bytes are rclpy's (mutations seen failing: Imu's
+    ``angular_velocity`` moved before ``orientation_covariance``, Twist's type name without
+    its trailing ``_``, DiagnosticStatus's ``level`` as int32, JointState's ``position`` and
+    ``velocity`` swapped)."""
 
     def test_type_names_are_ros2s(self):
         require_rclpy()
@@ -164,6 +169,7 @@ class TestTypes:
 
 class TestCmdVelCommand:
     def test_clamped_to_the_contracts_ranges(self):
+        """Mutation seen failing: the clamp removed."""
         cmd = CmdVelCommand(TERMS, RANGES, timeout_s=0.5)
         cmd.update(m.Twist(m.Vector3(2.0, -0.1, 9.0), m.Vector3(7.0, 7.0, -3.0)), now=10.0)
         np.testing.assert_array_equal(cmd.latest(10.1), [1.0, -0.1, -1.0])
@@ -220,8 +226,9 @@ def test_cmd_vel_from_rclpy_is_clamped_then_zero_when_silent(domain, qos):
     (reliable) and with sensor_data (best effort): the command is the clamped (1.0, 0.1,
     -1.0); once the publisher is gone, zero within the 0.3 s timeout (plus 0.5 s of slack:
     a bounded real-time check, the exact edge is on the injected clock above). Mutations
-    seen failing: the reader's type name, the reader reliable (no best-effort publisher
-    matches it)."""
+    seen failing: Twist's type name without its ``_`` (nothing arrives), the reader
+    reliable (the best-effort publisher never matches it), the clamp removed, the timeout
+    removed."""
     require_rclpy()
     dp = participant(domain, "lo", FAST_DDS_VENDOR)
     cmd = Ros2CmdVel(dp, TERMS, RANGES, timeout_s=0.3)
@@ -242,7 +249,7 @@ def test_rclpy_reads_joint_states_imu_and_diagnostics():
     reliable) and reads the values published, stamps included. Mutations seen failing:
     diagnostics published best effort (a default subscriber never matches), JointState's
     position and velocity swapped, the Fast DDS type-information workaround removed
-    (``match_by_name``: no JointState reaches rclpy)."""
+    (``wire.participant``'s ``match_by_name``: none of the three topics reaches rclpy)."""
     require_rclpy()
     domain = 62
     dp = participant(domain, "lo", FAST_DDS_VENDOR)
