@@ -468,3 +468,10 @@ class Ros2Bridge:
         if self.publisher is not None:
             self.publisher.close()
         self.participant = None
+
+    def __enter__(self) -> Ros2Bridge:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
