@@ -441,9 +441,9 @@ class Ros2Bridge:
         message = f"safety: {mode.value}"
         level = msgs.OK
         if mode is Mode.STOPPED:
-            level = msgs.ERROR
             cause = next((t["cause"] for t in reversed(machine.transitions)
                           if t["to"] == Mode.STOPPED.value), "")  # fmt: skip
+            level = msgs.OK if cause == "run ended" else msgs.ERROR
             message += f" ({cause})" if cause else ""
             values["stop_cause"] = cause
         if self.command is not None:

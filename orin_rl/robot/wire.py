@@ -151,6 +151,8 @@ class Endpoint:
 
 _DOMAINS: dict[int, tuple[Any, str | None]] = {}
 """Domains configured by this process (CycloneDDS configures a domain once a process)."""
+_BY_NAME: dict[int, str | None] = {}
+"""The vendors each configured domain matches by type name."""
 
 FAST_DDS_VENDOR = "1.15"
 """eProsima's RTPS vendor id (Fast DDS: ROS 2's default RMW)."""
@@ -202,7 +204,16 @@ def participant(domain: int, interface: str | None, match_by_name: str | None = 
 
     from orin_rl.robot import RobotError
 
+    if match_by_name and domain in _DOMAINS and _BY_NAME.get(domain) != match_by_name:
+        log.warning(
+            "DDS domain %d was configured in this process before, without matching vendor %s "
+            "by type name: its ROS 2 topics may not reach Fast DDS nodes; create the ROS 2 "
+            "bridge first, or give it its own domain",
+            domain,
+            match_by_name,
+        )
     if (interface or match_by_name) and domain not in _DOMAINS:
+        _BY_NAME[domain] = match_by_name
         try:
             _DOMAINS[domain] = (_configure(domain, interface, match_by_name), interface)
         except DDSException as exc:

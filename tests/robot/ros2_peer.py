@@ -3,7 +3,7 @@ echoes topics as JSON lines on stdout. Run by the tests with ROS_DOMAIN_ID and
 RMW_IMPLEMENTATION set (``test_ros2.peer_env``).
 
     python ros2_peer.py pub VX,VY,WZ SECONDS RATE_HZ QOS      (QOS: default | sensor_data)
-    python ros2_peer.py echo SECONDS TOPIC:QOS [TOPIC:QOS ...] (stops early: 5 of each)
+    python ros2_peer.py echo SECONDS COUNT TOPIC:QOS [...]    (stops early: COUNT of each)
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ def _diagnostics(m) -> dict:
                        for s in m.status]}  # fmt: skip
 
 
-def echo(node, seconds: float, specs: list[str]) -> None:
+def echo(node, seconds: float, enough: int, specs: list[str]) -> None:
     from diagnostic_msgs.msg import DiagnosticArray
     from sensor_msgs.msg import Imu, JointState
 
@@ -75,12 +75,12 @@ def echo(node, seconds: float, specs: list[str]) -> None:
 
         def callback(msg, topic=topic, to_dict=to_dict):
             counts[topic] += 1
-            if counts[topic] <= 5:
+            if counts[topic] <= 200:
                 _emit({"topic": topic, "received_ns": time.time_ns(), **to_dict(msg)})
 
         node.create_subscription(cls, topic, callback, PROFILES[profile])
     end = time.monotonic() + seconds
-    while time.monotonic() < end and min(counts.values()) < 5:
+    while time.monotonic() < end and min(counts.values()) < enough:
         rclpy.spin_once(node, timeout_sec=0.05)
     _emit({"counts": counts})
 
@@ -93,7 +93,7 @@ def main() -> None:
         if sys.argv[1] == "pub":
             publish(node, sys.argv[2], float(sys.argv[3]), float(sys.argv[4]), sys.argv[5])
         else:
-            echo(node, float(sys.argv[2]), sys.argv[3:])
+            echo(node, float(sys.argv[2]), int(sys.argv[3]), sys.argv[4:])
     finally:
         node.destroy_node()
         rclpy.shutdown()

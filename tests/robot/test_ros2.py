@@ -267,14 +267,14 @@ def test_rclpy_reads_joint_states_imu_and_diagnostics():
                         hardware_id="unitree-g1", clock_ns=lambda: t_ns)  # fmt: skip
     pub.start()
     try:
-        proc = peer(domain, "echo", "8", "joint_states:sensor_data", "imu:sensor_data",
+        proc = peer(domain, "echo", "8", "5", "joint_states:sensor_data", "imu:sensor_data",
                     "diagnostics:default")  # fmt: skip
         got = records(proc, 30.0)
     finally:
         pub.close()
     counts = got[-1]["counts"]
     assert min(counts.values()) >= 5, counts
-    by_topic = {r["topic"]: r for r in got if "topic" in r}
+    by_topic = {r["topic"]: r for r in reversed(got) if "topic" in r}  # each topic's first
     js, imu, diag = by_topic["joint_states"], by_topic["imu"], by_topic["diagnostics"]
     stamp = [1_700_000_000, 123_456_789]
     assert js["stamp"] == imu["stamp"] == diag["stamp"] == stamp
