@@ -9,6 +9,7 @@ RMW_IMPLEMENTATION set (``test_ros2.peer_env``).
 from __future__ import annotations
 
 import json
+import signal
 import sys
 import time
 
@@ -80,13 +81,20 @@ def echo(node, seconds: float, enough: int, specs: list[str]) -> None:
 
         node.create_subscription(cls, topic, callback, PROFILES[profile])
     end = time.monotonic() + seconds
-    while time.monotonic() < end and min(counts.values()) < enough:
+    while time.monotonic() < end and min(counts.values()) < enough and not STOP:
         rclpy.spin_once(node, timeout_sec=0.05)
     _emit({"counts": counts})
 
 
+STOP: list[int] = []
+"""Non-empty once SIGTERM came: the echo ends cleanly (the test has heard enough)."""
+
+
 def main() -> None:
-    rclpy.init()
+    from rclpy.signals import SignalHandlerOptions
+
+    rclpy.init(signal_handler_options=SignalHandlerOptions.NO)
+    signal.signal(signal.SIGTERM, lambda signum, frame: STOP.append(signum))
     node = rclpy.create_node("orin_rl_test_peer")
     _emit({"ready": True})
     try:
