@@ -2,7 +2,8 @@
 echoes topics as JSON lines on stdout. Run by the tests with ROS_DOMAIN_ID and
 RMW_IMPLEMENTATION set (``test_ros2.peer_env``).
 
-    python ros2_peer.py pub VX,VY,WZ SECONDS RATE_HZ QOS      (QOS: default | sensor_data)
+    python ros2_peer.py pub VX,VY,WZ SECONDS RATE_HZ QOS  (SECONDS after a reader matched;
+                                                       QOS: default | sensor_data)
     python ros2_peer.py echo SECONDS COUNT TOPIC:QOS [...]    (stops early: COUNT of each)
 """
 
@@ -32,10 +33,12 @@ def publish(node, values: str, seconds: float, rate: float, profile: str) -> Non
     vx, vy, wz = (float(v) for v in values.split(","))
     msg = Twist()
     msg.linear.x, msg.linear.y, msg.angular.z = vx, vy, wz
-    end, n = time.monotonic() + seconds, 0
-    while time.monotonic() < end:
+    give_up, end, n = time.monotonic() + 20.0, None, 0
+    while time.monotonic() < (end or give_up):
         pub.publish(msg)
         n += 1
+        if end is None and pub.get_subscription_count():
+            end = time.monotonic() + seconds  # a reader matched: SECONDS more from now
         time.sleep(1.0 / rate)
     _emit({"published": n, "subscribers": pub.get_subscription_count()})
 
