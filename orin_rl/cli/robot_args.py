@@ -33,9 +33,17 @@ def robot_run_flags(p: argparse.ArgumentParser) -> None:
     _dds_flags(g, default_domain=0)
     g.add_argument("--command", metavar="VX,VY,WZ", dest="velocity_command",
                    help="the velocity command (default: zero; 'random': resampled in the "
-                   "policy's training ranges every --command-every seconds)")  # fmt: skip
+                   "policy's training ranges every --command-every seconds; 'ros2': ROS 2's "
+                   "cmd_vel, and the run publishes joint_states, imu, diagnostics)")  # fmt: skip
     g.add_argument("--command-every", type=_POSITIVE, default=5.0,
                    help="seconds between random commands")  # fmt: skip
+    g.add_argument("--ros-domain", type=_int_type(0, 232),
+                   help="--command ros2: ROS 2's domain (default: ROS_DOMAIN_ID or 0)")  # fmt: skip
+    g.add_argument("--ros-namespace", default="",
+                   help="--command ros2: the topics' namespace (default: none)")  # fmt: skip
+    g.add_argument("--cmd-vel-timeout", type=_POSITIVE, default=0.5,
+                   help="--command ros2: the command is zero after cmd_vel is silent this "
+                   "many seconds")  # fmt: skip
     g.add_argument(
         "--stand-s",
         type=_POSITIVE,

@@ -99,6 +99,11 @@ def _run_robot(args: argparse.Namespace, loop: dict) -> int:
         loop_options=loop,
         backend_options=_backend_options(args, batch=1),
         precision=args.precision,
+        ros2={
+            "domain": args.ros_domain,
+            "namespace": args.ros_namespace,
+            "timeout_s": args.cmd_vel_timeout,
+        },
     )
     lat = report["latency_us"]
     error = report["tracking_error"]
@@ -110,6 +115,10 @@ def _run_robot(args: argparse.Namespace, loop: dict) -> int:
     )
     tracking = "no velocity source" if error is None else f"{error:.3f} m/s (xy velocity)"
     print(f"falls        {report['falls']}; tracking error {tracking}")
+    if "ros2_domain" in report:
+        print(f"ros 2        domain {report['ros2_domain']}, namespace "
+              f"{report['ros2_namespace']}: cmd_vel in; joint_states, imu, diagnostics "
+              "out")  # fmt: skip
     for t in report["transitions"]:
         print(
             f"  tick {t['tick']:>6}  {t['time_s']:8.3f} s  {t['from']} -> {t['to']}: {t['cause']}"

@@ -8,6 +8,7 @@ Torch-free with ONNX Runtime or TensorRT.
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Any
 
@@ -76,9 +77,12 @@ def run_on_robot(
     backend_options: dict[str, Any] | None = None,
     precision: str | None = None,
     wait_s: float = 5.0,
+    ros2: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Stand the robot up, run ``steps`` policy ticks (or until a latched stop), damp it.
-    ``wait_s``: how long to wait for the robot's first state."""
+    ``wait_s``: how long to wait for the robot's first state. ``command='ros2'``: the command
+    from ROS 2's ``cmd_vel`` and the run on ROS 2 (``robot.ros2.Ros2Bridge``; ``ros2``: its
+    options: domain, namespace, timeout_s)."""
     from orin_rl.robot.safety import SafetyConfig
     from orin_rl.robot.unitree import UnitreePlant
     from orin_rl.runtime.base import RuntimeBackendError
@@ -91,14 +95,23 @@ def run_on_robot(
             f"the model takes {width[0]} observations, its deploy contract builds "
             f"{contract.obs_dim}: the bundle is inconsistent; export it again"
         )
+    bridge = None
+    if command == "ros2":  # before the plant: it takes the bridge's cmd_vel as its command
+        from orin_rl.robot.ros2 import Ros2Bridge
+
+        bridge = Ros2Bridge(contract, interface=interface, **(ros2 or {}))
     robot = UnitreePlant(
         contract,
         plant,
         domain,
         interface,
-        parse_command(command, contract, command_every_s),
+        bridge.command if bridge else parse_command(command, contract, command_every_s),
         SafetyConfig(**(safety or {})),
     )
+    sensor, actuate = robot.sensor, robot.actuate
+    if bridge:  # publishes the plant's state; times the loop's ticks for its diagnostics
+        bridge.attach(robot)
+        sensor, actuate = bridge.wrap(sensor, actuate)
     safe = np.zeros((1, contract.num_joints), dtype=np.float32)
     runner.safe_action = safe[0]
 
@@ -111,14 +124,15 @@ def run_on_robot(
 
     rate = 1.0 / contract.step_dt
     cfg = LoopConfig(rate_hz=rate, iterations=steps, **(loop_options or {}))
-    with runner:
+    with runner, bridge or contextlib.nullcontext():
         robot.start(wait_s)
         try:
-            result = ControlLoop(robot.sensor, infer, robot.actuate, cfg, safe_action=safe,
+            result = ControlLoop(sensor, infer, actuate, cfg, safe_action=safe,
                                  should_stop=robot.should_stop).run()  # fmt: skip
         finally:
             robot.close()
     out = {**runner.describe(), "rate_hz": rate, **result.to_dict(), **robot.report()}
+    out.update(bridge.description if bridge else {})
     if report:
         write_report(out, report)
     if histogram:

@@ -359,3 +359,52 @@ def test_the_bridge_needs_neither_rclpy_nor_ros_packages_nor_torch():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60, env={**os.environ, "PYTHONPATH": str(HERE.parents[1])})  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+def test_run_with_command_ros2_on_a_robot_stand_in(g1_contract, tmp_path):
+    """``orin-rl run --plant unitree-g1 --command ros2`` (``run_on_robot``) against a robot
+    stand-in (the robot on domain 64, ROS 2 on 65): rclpy's cmd_vel (3.0, -0.2, 0.4) is the policy's
+    command clamped to the G1 contract's ranges (diagnostics reports it, in mode policy, with
+    the loop's ticks and latency); rclpy's joint_states are the stand-in's joints in the
+    contract's order; the report names the ROS 2 side. Mutations seen failing: the plant given
+    the parsed --command instead of the bridge's cmd_vel (the run refuses 'ros2'), the
+    loop's callbacks not wrapped (diagnostics has no latency)."""
+    require_rclpy()
+    from orin_rl.robot.contract import DeployContract
+    from orin_rl.runtime.robot_run import run_on_robot
+    from tests.robot.conftest import linear_bundle
+    from tests.robot.test_unitree import StandIn
+
+    contract = DeployContract.from_dict(g1_contract)
+    domain, ros_domain = 64, 65  # the stand-in lives in this process: its own domain
+    robot = StandIn(domain, contract)
+    robot.start()
+    bundle = linear_bundle(tmp_path / "bundle", g1_contract)
+    pub = peer(ros_domain, "pub", "3.0,-0.2,0.4", "8", "50", "default")
+    echo = peer(ros_domain, "echo", "10", "1000", "joint_states:sensor_data",
+                "diagnostics:default")  # fmt: skip
+    try:
+        for node in (pub, echo):  # both rclpy nodes up first: only discovery is left to race
+            assert json.loads(node.stdout.readline() or "{}") == {"ready": True}
+        report = run_on_robot(bundle, "onnxruntime", "unitree-g1", 150, domain=domain,
+                              interface="lo", command="ros2", safety={"stand_s": 0.2},
+                              ros2={"domain": ros_domain, "diagnostics_hz": 10.0},
+                              wait_s=10.0)  # fmt: skip
+        echo.terminate()  # it has heard enough: its output so far is what counts
+        got = [json.loads(line) for line in echo.communicate(timeout=10)[0].splitlines()]
+    finally:
+        robot.running = False
+        pub.kill()
+        echo.kill()
+    assert report["ticks"] == 150 and report["ros2_domain"] == ros_domain, report["transitions"]
+    diags = [r["status"][0] for r in got if r.get("topic") == "diagnostics"]
+    in_policy = [d["values"] for d in diags if d["values"]["mode"] == "policy"]
+    assert in_policy, [d["message"] for d in diags]
+    # lin_vel_x's range [-1, 1], ang_vel_z's [-0.5, 0.5]; before cmd_vel is heard: zero
+    assert {d["cmd_vel"] for d in in_policy} <= {"1,-0.2,0.4", "0,0,0"}, in_policy
+    assert in_policy[-1]["cmd_vel"] == "1,-0.2,0.4", in_policy[-1]
+    assert int(in_policy[-1]["ticks"]) > 0 and float(in_policy[-1]["latency_p50_us"]) > 0
+    states = [r for r in got if r.get("topic") == "joint_states"]
+    assert states and states[-1]["name"] == list(contract.joint_names)
+    q = robot.q[contract.motor_index].astype(np.float32)  # as LowState_ carries it
+    np.testing.assert_allclose(states[-1]["position"], q, rtol=0, atol=1e-6)
