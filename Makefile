@@ -8,6 +8,8 @@ STAMP := $(VENV)/.installed-stamp
 # for a CPU-only torch on a machine without an NVIDIA GPU.
 PIP_ARGS ?=
 DEMO_DIR ?= runs/demo-cartpole
+ROS2_TEST_PACKAGES := 'ros-rclpy==9.1.2' 'ros-rmw-fastrtps-cpp==9.3.3' 'ros-geometry-msgs==5.5.1' \
+	'ros-sensor-msgs==5.5.1' 'ros-nav-msgs==5.5.1' 'ros-diagnostic-msgs==5.5.1'
 
 .PHONY: demo test lint format clean install lock audit
 
@@ -18,6 +20,12 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet --disable-pip-version-check $(PIP_ARGS) -e '.[export,dev,sim,mjlab,robot]'
 	# Unitree's own IDL types and CRC, the wire tests' reference (its opencv dependency unused)
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps 'unitree-sdk2py-dimos==1.0.3'
+	# Real ROS 2 (Kilted: rclpy on Fast DDS and the message packages the bridge speaks), the ROS 2
+	# tests' peer (tests/robot/test_ros2.py); test-only: wheels for x86-64 only, never in the deploy
+	# image (the bridge needs CycloneDDS alone). ~24 s, 46 MB downloaded, 56 MB installed.
+	if [ "$$(uname -m)" = x86_64 ]; then \
+	  $(PY) -m pip install --quiet --disable-pip-version-check $(ROS2_TEST_PACKAGES); \
+	else echo "no ROS 2 wheels for $$(uname -m): tests/robot/test_ros2.py will skip"; fi
 	touch $(STAMP)
 
 demo: $(STAMP)

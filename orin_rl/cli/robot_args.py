@@ -35,10 +35,18 @@ def robot_run_flags(p: argparse.ArgumentParser) -> None:
                    help="the velocity command, clamped to the policy's training ranges "
                    "(default: zero; 'remote': the robot's remote, whose L2+up stands it up and "
                    "R1+X starts the policy; 'random': resampled in the training ranges every "
-                   "--command-every seconds). L2+B on the remote stops the robot in every "
-                   "case")  # fmt: skip
+                   "--command-every seconds; 'ros2': ROS 2's cmd_vel, and the run publishes "
+                   "joint_states, imu, diagnostics). L2+B on the remote stops the robot in "
+                   "every case")  # fmt: skip
     g.add_argument("--command-every", type=_POSITIVE, default=5.0,
                    help="seconds between random commands")  # fmt: skip
+    g.add_argument("--ros-domain", type=_int_type(0, 232),
+                   help="--command ros2: ROS 2's domain (default: ROS_DOMAIN_ID or 0)")  # fmt: skip
+    g.add_argument("--ros-namespace", default="",
+                   help="--command ros2: the topics' namespace (default: none)")  # fmt: skip
+    g.add_argument("--cmd-vel-timeout", type=_POSITIVE, default=0.5,
+                   help="--command ros2: the command is zero after cmd_vel is silent this "
+                   "many seconds")  # fmt: skip
     g.add_argument(
         "--stand-s",
         type=_POSITIVE,

@@ -138,6 +138,11 @@ def _run_robot(args: argparse.Namespace, loop: dict) -> int:
         precision=args.precision,
         wait_s=args.wait_s,
         status=StatusPrinter(sys.stdout),
+        ros2={
+            "domain": args.ros_domain,
+            "namespace": args.ros_namespace,
+            "timeout_s": args.cmd_vel_timeout,
+        },
     )
     _print_robot_summary(report, args)
     return EXIT_CODES[report["end"]]
@@ -154,6 +159,10 @@ def _print_robot_summary(report: dict, args: argparse.Namespace) -> None:
     )
     tracking = "no velocity source" if error is None else f"{error:.3f} m/s (xy velocity)"
     print(f"falls        {report['falls']}; tracking error {tracking}")
+    if "ros2_domain" in report:
+        print(f"ros 2        domain {report['ros2_domain']}, namespace "
+              f"{report['ros2_namespace']}: cmd_vel in; joint_states, imu, diagnostics "
+              "out")  # fmt: skip
     end = report["end"]
     cause = report["transitions"][-1]["cause"] if report["transitions"] else "-"
     where = f"; report {args.report}" if args.report else ""

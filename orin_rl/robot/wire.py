@@ -15,6 +15,7 @@ holds the bytes equal to cyclonedds's own serialiser and to Unitree's IDL-genera
 
 from __future__ import annotations
 
+import logging
 import typing
 from typing import Any
 
@@ -32,6 +33,8 @@ _PRIMITIVES = {
     "uint64": "<u8",
     "int64": "<i8",
 }
+log = logging.getLogger(__name__)
+
 HEADER = b"\x00\x01\x00\x00"
 """XCDR1 encapsulation, little-endian."""
 
@@ -148,6 +151,11 @@ class Endpoint:
 
 _DOMAINS: dict[int, tuple[Any, str | None]] = {}
 """Domains configured by this process (CycloneDDS configures a domain once a process)."""
+_BY_NAME: dict[int, str | None] = {}
+"""The vendors each configured domain matches by type name."""
+
+FAST_DDS_VENDOR = "1.15"
+"""eProsima's RTPS vendor id (Fast DDS: ROS 2's default RMW)."""
 
 
 def check_interface(interface: str | None) -> None:
@@ -165,24 +173,65 @@ def check_interface(interface: str | None) -> None:
         )
 
 
-def participant(domain: int, interface: str | None) -> Any:
-    """A DDS participant on ``domain``, bound to network ``interface`` (``lo``: this machine
-    only) where given; Unitree's SDK configures CycloneDDS the same way. A process configures
-    each domain once: later participants on it share that configuration."""
+def _domain_xml(interface: str | None, by_name: str | None) -> str:
+    general = (
+        "<General><Interfaces>"
+        f'<NetworkInterface name="{interface}" priority="default" multicast="default"/>'
+        "</Interfaces></General>"
+        if interface
+        else ""
+    )
+    compatibility = (
+        f"<Compatibility><IgnoreTypeInformation>{by_name}</IgnoreTypeInformation></Compatibility>"
+        if by_name
+        else ""
+    )
+    return f"<CycloneDDS><Domain>{general}{compatibility}</Domain></CycloneDDS>"
+
+
+def _configure(domain: int, interface: str | None, by_name: str | None) -> Any:
+    """The domain's configuration; without ``by_name`` where this CycloneDDS lacks the option."""
     from cyclonedds.core import DDSException
-    from cyclonedds.domain import Domain, DomainParticipant
+    from cyclonedds.domain import Domain
+
+    try:
+        return Domain(domain, _domain_xml(interface, by_name))
+    except DDSException:
+        if not by_name:
+            raise
+    log.warning(
+        "this CycloneDDS has no Compatibility/IgnoreTypeInformation (CycloneDDS >= 11 has): "
+        "ROS 2 nodes on Fast DDS may not receive topics with sequences (joint_states, "
+        "diagnostics) from it"
+    )
+    return Domain(domain, _domain_xml(interface, None))
+
+
+def participant(domain: int, interface: str | None, match_by_name: str | None = None) -> Any:
+    """A DDS participant on ``domain``, bound to network ``interface`` (``lo``: this machine
+    only) where given; Unitree's SDK configures CycloneDDS the same way. ``match_by_name``:
+    RTPS vendor ids (``FAST_DDS_VENDOR``) whose endpoints match on type names, their type
+    information ignored (CycloneDDS cannot resolve Fast DDS's for types with sequences, so
+    would never match them). A process configures each domain once: later participants on it
+    share that configuration."""
+    from cyclonedds.core import DDSException
+    from cyclonedds.domain import DomainParticipant
 
     from orin_rl.robot import RobotError
 
     check_interface(interface)
-    if interface and domain not in _DOMAINS:
-        xml = (
-            "<CycloneDDS><Domain><General><Interfaces>"
-            f'<NetworkInterface name="{interface}" priority="default" multicast="default"/>'
-            "</Interfaces></General></Domain></CycloneDDS>"
+    if match_by_name and domain in _DOMAINS and _BY_NAME.get(domain) != match_by_name:
+        log.warning(
+            "DDS domain %d was configured in this process before, without matching vendor %s "
+            "by type name: its ROS 2 topics may not reach Fast DDS nodes; create the ROS 2 "
+            "bridge first, or give it its own domain",
+            domain,
+            match_by_name,
         )
+    if (interface or match_by_name) and domain not in _DOMAINS:
+        _BY_NAME[domain] = match_by_name
         try:
-            _DOMAINS[domain] = (Domain(domain, xml), interface)
+            _DOMAINS[domain] = (_configure(domain, interface, match_by_name), interface)
         except DDSException as exc:
             raise RobotError(
                 f"DDS cannot start on interface {interface!r} (domain {domain}): {exc}; name "

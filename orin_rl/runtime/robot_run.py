@@ -210,24 +210,33 @@ def run_on_robot(
     precision: str | None = None,
     wait_s: float = 60.0,
     status: Callable[[dict[str, Any]], None] | None = None,
+    ros2: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Stand the robot up, run ``steps`` policy ticks (or until a stop), damp it; the report
     (written to ``report`` however the run ends) says how it ended (``end``).
 
     ``command`` 'remote': the robot's remote gives the command and the transitions
-    (``robot.remote``). ``wait_s``: how long to wait for the robot's first state.
-    ``status``: called with a live snapshot (``Watch``) from another thread."""
+    (``robot.remote``); 'ros2': the command from ROS 2's ``cmd_vel``, and the run published
+    on ROS 2 (``robot.ros2.Ros2Bridge``; ``ros2``: its options: domain, namespace,
+    timeout_s). ``wait_s``: how long to wait for the robot's first state. ``status``: called
+    with a live snapshot (``Watch``) from another thread."""
     from orin_rl.robot.safety import Mode, SafetyConfig
     from orin_rl.robot.unitree import UnitreePlant
 
     contract = contract_of(model)
-    source = parse_command(command, contract, command_every_s)
+    source = None if command == "ros2" else parse_command(command, contract, command_every_s)
     safety_cfg = SafetyConfig(**(safety or {}))
     safety_cfg.check()
     if report:
         Path(report).unlink(missing_ok=True)  # no stale report outlives a run that fails
     runner = load(model, backend, device, precision=precision, **(backend_options or {}))
     _check_width(runner, contract)
+    bridge = None
+    if command == "ros2":  # before the plant: it takes the bridge's cmd_vel as its command
+        from orin_rl.robot.ros2 import Ros2Bridge
+
+        bridge = Ros2Bridge(contract, interface=interface, **(ros2 or {}))
+        source = bridge.command
     robot = UnitreePlant(contract, plant, domain, interface, source, safety_cfg,
                          remote=command == "remote")  # fmt: skip
     safe = np.zeros((1, contract.num_joints), dtype=np.float32)
@@ -243,12 +252,16 @@ def run_on_robot(
     rate = 1.0 / contract.step_dt
     cfg = LoopConfig(rate_hz=rate, iterations=steps, **(loop_options or {}))
     watch = Watch(robot, steps, contract.step_dt, status)
+    sensor, actuate = watch.sensor, watch.actuate
+    if bridge:  # publishes the plant's state; times the loop's ticks for its diagnostics
+        bridge.attach(robot)
+        sensor, actuate = bridge.wrap(sensor, actuate)
     end, result = "steps", None
-    with sigterm_raises(), runner, watch:
+    with sigterm_raises(), runner, watch, bridge or contextlib.nullcontext():
         try:
             robot.start(wait_s)
             if robot.machine.mode is Mode.POLICY:
-                result = ControlLoop(watch.sensor, infer, watch.actuate, cfg, safe_action=safe,
+                result = ControlLoop(sensor, infer, actuate, cfg, safe_action=safe,
                                      should_stop=robot.should_stop).run()  # fmt: skip
         except KeyboardInterrupt:
             end = "interrupted"
@@ -261,6 +274,7 @@ def run_on_robot(
     result = result or watch.result()
     out = {**runner.describe(), "rate_hz": rate, **result.to_dict(), **robot.report(),
            "end": _end(end, robot.machine)}  # fmt: skip
+    out.update(bridge.description if bridge else {})
     if report:
         write_report(out, report)
     if histogram and len(result.latency_ns):
