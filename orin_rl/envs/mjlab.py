@@ -81,6 +81,9 @@ def import_mjlab() -> Any:
             register()  # orin_rl's own (Orin-Velocity-Flat-Unitree-G1-Real), beside mjlab's
     except ImportError as exc:
         raise EnvError(f"mjlab tasks need mjlab ({exc}); {INSTALL_HINT}") from None
+    from orin_rl.envs.mjlab_pin import check_version
+
+    check_version()  # the segmented step copies mjlab 1.6.0's: another release, one line
     import importlib
 
     for module in filter(None, os.environ.get(TASK_PACKAGES_ENV, "").split(",")):

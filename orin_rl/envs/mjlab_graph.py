@@ -47,6 +47,7 @@ from orin_rl.envs.capture_constants import device_list_indices
 from orin_rl.envs.graph_emulation import EmulatedGraph, HostReadWatch
 from orin_rl.envs.graph_state import Effects, TensorBindings, bindings, sync_cache
 from orin_rl.envs.mjlab_masked import MaskedReset, masked_tail
+from orin_rl.envs.mjlab_pin import check_env
 
 log = logging.getLogger(__name__)
 
@@ -234,6 +235,7 @@ class SegmentedStep:
     """
 
     def __init__(self, env: Any, terminal_group: str, use_graphs: bool = False):
+        check_env(env)  # every attribute of mjlab 1.6.0's step this copy uses, or one line
         if not env.cfg.auto_reset:
             raise ValueError("SegmentedStep steps mjlab envs with auto_reset=True")
         self.env = env
