@@ -77,3 +77,54 @@ def test_the_readme_commands_are_the_getting_started_list():
     for line in lines:
         command = " ".join(line.split("#", 1)[0].split())
         assert any(x.startswith(command) for x in listed_lines), line
+
+
+# ---------------------------------------------------------------- docs/benchmarks/ (issue 56)
+BENCH = DOCS / "benchmarks"
+CITED = re.compile(r"[\w./-]+\.(?:md|json|jsonl|png|txt|log)\b")
+
+
+def _index_tool():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "benchmarks_index", ROOT / "tools" / "benchmarks_index.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclass looks its module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_benchmarks_index_is_up_to_date():
+    """docs/benchmarks/index.md is what tools/benchmarks_index.py writes from the records."""
+    assert (BENCH / "index.md").read_text() == _index_tool().render(), (
+        "stale: run python tools/benchmarks_index.py"
+    )
+
+
+def test_every_benchmark_file_is_linked_from_the_index():
+    """Nothing under docs/benchmarks/ is unreferenced: the index links every file."""
+    index = (BENCH / "index.md").read_text()
+    linked = {(BENCH / target).resolve() for target in re.findall(r"\]\(([^)#\s]+)\)", index)}
+    files = [p for p in BENCH.rglob("*") if p.is_file() and p.name != "index.md"]
+    files = [p for p in files if "__pycache__" not in p.parts]
+    assert len(files) > 100
+    missing = sorted(str(p.relative_to(BENCH)) for p in files if p.resolve() not in linked)
+    assert not missing, missing
+    assert all(p.is_file() for p in linked), sorted(str(p) for p in linked if not p.is_file())
+
+
+def test_the_readme_and_guides_cite_only_current_benchmarks():
+    """A benchmark file the README or a guide names is a current one (not history/), and it
+    exists."""
+    current = {p.name for p in BENCH.iterdir() if p.is_file()}
+    history = {p.name for p in (BENCH / "history").rglob("*") if p.is_file()}
+    for page in _guides():
+        text = page.read_text()
+        assert "benchmarks/history" not in text, page
+        for cited in CITED.findall(text):
+            name = cited.rsplit("/", 1)[-1]
+            assert not (name in history and name not in current), f"{page.name} cites {cited}"
+            if "benchmarks/" in cited:
+                assert name in current, f"{page.name} cites {cited}, which is not there"
