@@ -1,5 +1,7 @@
-"""The README's commands and docs/custom_env.md's run as written, in order, on the CPU; the
-README's Python API example runs as written (on a run trained for a moment)."""
+"""The guides' commands run as written, in order, on the CPU: docs/getting-started.md's list
+and docs/custom_env.md's; docs/python-api.md's example runs as written (on a run trained for a
+moment); docs/mjlab.md says what mjlab's own tools write and take. (The README's command lines
+are the getting-started list's: tests/test_docs.py.)"""
 
 from __future__ import annotations
 
@@ -10,11 +12,14 @@ from pathlib import Path
 
 import pytest
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+ROOT = Path(__file__).resolve().parents[1]
+GETTING_STARTED = ROOT / "docs" / "getting-started.md"
+PYTHON_API = ROOT / "docs" / "python-api.md"
+MJLAB_GUIDE = ROOT / "docs" / "mjlab.md"
 
 
 def test_python_api_example_runs(tiny_run, monkeypatch, tmp_path):
-    section = README.read_text().split("## Python API", 1)[1]
+    section = PYTHON_API.read_text().split("# Python API", 1)[1]
     code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
     assert "orin_rl.load_policy" in code and "evaluate_policy" in code
     run = tiny_run("CartPole-v1")
@@ -22,14 +27,14 @@ def test_python_api_example_runs(tiny_run, monkeypatch, tmp_path):
     (tmp_path / "runs" / "mine").symlink_to(run)
     monkeypatch.chdir(tmp_path)
     scope: dict = {}
-    exec(compile(code, "README.md", "exec"), scope)  # nosec B102: the project's own README
+    exec(compile(code, "docs/python-api.md", "exec"), scope)  # nosec B102: the project's own guide
     assert scope["action"].shape == () and scope["actions"].shape == (2,)
     assert scope["result"].episodes == 20 and len(scope["result"].lengths) == 20
 
 
-# ---------------------------------------------------------------- the README's commands
+# ---------------------------------------------------------------- the guides' commands
 # Lines that cannot run on a 2-core CPU box, each with the reason; every other command of
-# README.md's "What to do next" and docs/custom_env.md runs as written, in order.
+# docs/getting-started.md's "What to do next" and docs/custom_env.md runs as written, in order.
 CANNOT_RUN_HERE = {
     "source ": "shell activation: the test calls this interpreter's orin_rl.cli",
     "--device cuda": "needs a CUDA GPU (the H200's gpu tests and benchmarks run these)",
@@ -79,8 +84,8 @@ def _run_lines(lines: list[str], cwd: Path) -> list[str]:
 
 def test_readme_commands_run_as_written_in_order(tmp_path):
     """What to do next: the runs/mine recipe trains (and solves), is trained further,
-    exported, evaluated, run and benchmarked, exactly as the README says."""
-    lines = _commands(README.read_text(), "## What to do next")
+    exported, evaluated, run and benchmarked, exactly as docs/getting-started.md says."""
+    lines = _commands(GETTING_STARTED.read_text(), "## What to do next")
     ran = _run_lines(lines, tmp_path)
     assert any("--out runs/mine" in line for line in ran) and any("bench" in x for x in ran)
     assert len(ran) >= 8, ran
@@ -94,7 +99,8 @@ def test_readme_recipe_solves_on_other_seeds(tmp_path, seed):
     """The recipe's preset solves within its cap on seeds 1-3 (1 in the test above)."""
     from orin_rl import cli
 
-    line = next(x for x in _commands(README.read_text(), "## What to do next") if "runs/mine" in x)
+    lines = _commands(GETTING_STARTED.read_text(), "## What to do next")
+    line = next(x for x in lines if "runs/mine" in x)
     argv = shlex.split(line.replace("--seed 1", f"--seed {seed}"), comments=True)[1:]
     assert argv[argv.index("--seed") + 1] == str(seed)
     out = tmp_path / "mine"
@@ -107,29 +113,29 @@ def test_custom_env_doc_commands_run_as_written(tmp_path):
     """docs/custom_env.md, from its example folder: train with --out, export, eval, run."""
     import shutil
 
-    examples = README.parent / "docs" / "examples"
+    examples = ROOT / "docs" / "examples"
     shutil.copytree(examples, tmp_path / "docs" / "examples")
-    doc = (README.parent / "docs" / "custom_env.md").read_text()
+    doc = (ROOT / "docs" / "custom_env.md").read_text()
     lines = _commands(doc, "## 2. Train it") + _commands(doc, "## 4. Evaluate")
     ran = _run_lines(lines, tmp_path)
     assert len(ran) >= 3, ran
     assert (tmp_path / "docs" / "examples" / "runs" / "goal" / "bundle" / "policy.json").is_file()
 
 
-# ---------------------------------------------------------------- mjlab's section (issue 41)
+# ---------------------------------------------------------------- mjlab's guide (issue 41)
 MJLAB_GO1 = "Mjlab-Velocity-Flat-Unitree-Go1"
 
 
 def _mjlab_bullet(start: str) -> str:
-    """The bullet of README.md's mjlab section that starts with ``start``, on one line."""
-    section = README.read_text().split("### Robot tasks: mjlab", 1)[1].split("\n### ", 1)[0]
+    """The bullet of docs/mjlab.md that starts with ``start``, on one line."""
+    section = MJLAB_GUIDE.read_text()
     bullet = section.split(f"- {start}", 1)[1].split("\n- ", 1)[0].split("\n\n", 1)[0]
     return " ".join(bullet.split())
 
 
 def test_readme_says_where_mjlabs_train_writes_run_onnx():
     """The command that makes RUN.onnx parses in mjlab's own CLI, and the folder and file the
-    README names are those mjlab's train and runner write."""
+    guide names are those mjlab's train and runner write."""
     import subprocess
     import sys
 
@@ -160,7 +166,7 @@ def test_readme_says_where_mjlabs_train_writes_run_onnx():
 
 def test_readme_says_which_commands_take_a_bare_run_onnx():
     """``run`` and ``eval`` need --env with mjlab's bare file (it names no task); the command
-    lines the README gives parse (tests/export/test_mjlab_onnx.py runs them on a real export)."""
+    lines the guide gives parse (tests/export/test_mjlab_onnx.py runs them on a real export)."""
     from orin_rl.cli.parser import build_parser
 
     text = _mjlab_bullet("Trained with mjlab?")
@@ -174,7 +180,7 @@ def test_readme_says_which_commands_take_a_bare_run_onnx():
 
 
 def test_readme_says_how_to_shorten_mjlabs_final_evaluation():
-    """The setting the README names is the config's, with the preset's value, and its
+    """The setting the guide names is the config's, with the preset's value, and its
     ``--set`` lines apply; its timings name their source."""
     pytest.importorskip("mjlab", reason="needs the mjlab extra")
     from orin_rl import config as C
@@ -185,6 +191,6 @@ def test_readme_says_how_to_shorten_mjlabs_final_evaluation():
     assert f"`train.eval_episodes` worlds of the play configuration ({preset} in the" in text
     for setting in re.findall(r"`--set ([^`]+)`", text):
         C.apply_overrides(C.Config(), [setting.replace("=N", "=200")])
-    assert "docs/benchmarks/mjlab_cpu_eval_times.json" in text
-    timings = json.loads((README.parent / "docs/benchmarks/mjlab_cpu_eval_times.json").read_text())
+    assert "(benchmarks/mjlab_cpu_eval_times.json)" in text
+    timings = json.loads((ROOT / "docs/benchmarks/mjlab_cpu_eval_times.json").read_text())
     assert f"took {round(timings['final_evaluation']['final_eval_time_s'])} s" in text

@@ -1,4 +1,5 @@
-"""README "Deploy to a Unitree G1": its sim-to-sim block runs as written (issue 51): the twin
+"""docs/deploy-g1.md (once README's "Deploy to a Unitree G1"): its sim-to-sim block runs as
+written (issue 51): the twin
 with the scripted remote of docs/examples/g1_remote.json, and ``run --command remote`` driven
 by it through passive → stand → policy → the remote's stop, exit 0, in that order in the
 report; then the same twin (back in its start pose) serves a second run, whose plant stands it
@@ -32,8 +33,8 @@ DOMAIN = "35"
 
 
 def _sim_to_sim_block() -> list[str]:
-    section = (ROOT / "README.md").read_text().split("### Deploy to a Unitree G1", 1)[1]
-    blocks = re.findall(r"```bash\n(.*?)```", section.split("\n### ", 1)[0], re.S)
+    guide = (ROOT / "docs" / "deploy-g1.md").read_text().split("\n## ", 1)[0]
+    blocks = re.findall(r"```bash\n(.*?)```", guide, re.S)
     block = next(b for b in blocks if "sim-robot" in b)
     return [line.strip() for line in block.splitlines() if line.strip()]
 
