@@ -14,6 +14,11 @@ times; the figures come from them and from the process walls:
 
     python tools/bench_mjlab.py --iterations 300 --peer-pythonpath /tmp/mjl:/tmp/wp
     # writes docs/benchmarks/mjlab_h200.{json,md,png}
+    python tools/bench_mjlab.py --tasks Mjlab-Velocity-Rough-Unitree-Go1 --seeds 1,2 --append
+    # adds (or replaces) one row per task and seed in the same canonical file
+
+``ours_graphed_fraction`` is the share of the step's segments that replayed as CUDA graphs
+(``summary.json``'s ``env_graphs``; 0 where the run was eager).
 """
 
 from __future__ import annotations
@@ -103,12 +108,13 @@ def bench_task(task: str, args, work: Path) -> dict:
         ours_env["PYTHONPATH"] = args.ours_pythonpath
     slug = task.split("-")[-1].lower()
     peer_dir = work / f"mjlab-{slug}"
-    peer_dir.mkdir()
+    peer_dir.mkdir(parents=True)
     peer_cmd = [sys.executable, "-m", "mjlab.scripts.train", task,
                 "--env.scene.num-envs", str(args.num_envs),
                 "--agent.max-iterations", str(args.iterations),
                 "--agent.num-steps-per-env", str(args.steps_per_env),
-                "--agent.seed", str(args.seed), "--agent.logger", "tensorboard"]  # fmt: skip
+                "--agent.seed", str(args.seed), "--agent.logger", "tensorboard",
+                *(["--gpu-ids", "None"] if args.device == "cpu" else [])]  # fmt: skip
     ours_dir = work / f"ours-{slug}"
     ours_cmd = [sys.executable, "-m", "orin_rl.cli", "-q", "train", "--no-progress",
                 "--env", task, "--device", args.device, "--num-envs", str(args.num_envs),
@@ -116,7 +122,8 @@ def bench_task(task: str, args, work: Path) -> dict:
                 "--set", f"ppo.num_steps={args.steps_per_env}",
                 "--set", "train.eval_episodes=64",
                 *([] if args.ours_eager else ["--cuda-graphs"]), *args.ours_set]  # fmt: skip
-    row: dict = {"task": task, "num_envs": args.num_envs, "env_steps": steps, "seed": args.seed}
+    row: dict = {"task": task, "num_envs": args.num_envs, "env_steps": steps, "seed": args.seed,
+                 "iterations": args.iterations}  # fmt: skip
     results = {}
     for name, cmd, cwd, env, logdir in (
         ("mjlab", peer_cmd, peer_dir, peer_env, peer_dir),
@@ -140,7 +147,9 @@ def bench_task(task: str, args, work: Path) -> dict:
             row[f"{name}_wall_to_target_s"] = wall_to(r["curve"], target)
     if len(results) == 2:
         m, o = results["mjlab"], results["ours"]
-        row["steps_per_s_ratio"] = o["steps_per_s"] / m["steps_per_s"]
+        row["steps_per_s_ratio"] = (  # None: a run too short for two logged iterations
+            o["steps_per_s"] / m["steps_per_s"] if o["steps_per_s"] and m["steps_per_s"] else None
+        )
         row["final_reward_ratio"] = o["final_mean_reward"] / m["final_mean_reward"]
         if row["ours_wall_to_target_s"] and row["mjlab_wall_to_target_s"]:
             row["wall_to_target_ratio"] = (
@@ -156,7 +165,7 @@ def bench_task(task: str, args, work: Path) -> dict:
         graphs = s.get("env_graphs") or {}  # which step segments replayed as CUDA graphs
         row["ours_env_graphs"] = graphs or None
         every = len(graphs.get("graphs", [])) + len(graphs.get("eager", []))
-        row["ours_graphed_segments"] = len(graphs.get("graphs", [])) / every if every else 0.0
+        row["ours_graphed_fraction"] = len(graphs.get("graphs", [])) / every if every else 0.0
         row["ours_resets"] = graphs.get("resets")
     return row
 
@@ -169,7 +178,7 @@ def write(rows: list[dict], out: Path, meta: dict) -> None:
             "ours_tracking_error", "mjlab_tracking_error", "reward_target",
             "ours_wall_to_target_s", "mjlab_wall_to_target_s", "ours_process_wall_s",
             "mjlab_process_wall_s", "ours_startup_s", "mjlab_startup_s", "seed",
-            "ours_graphed_segments", "ours_resets"]  # fmt: skip
+            "ours_graphed_fraction", "ours_resets"]  # fmt: skip
 
     def fmt(v):
         if isinstance(v, float):
@@ -190,13 +199,13 @@ def write(rows: list[dict], out: Path, meta: dict) -> None:
         import matplotlib.pyplot as plt
 
         fig, axes = plt.subplots(1, len(rows), figsize=(6 * len(rows), 4), squeeze=False)
-        for ax, r in zip(axes[0], rows, strict=True):
+        for ax, r in zip(axes[0], rows, strict=True):  # one panel per task and seed
             for name in ("ours", "mjlab"):
                 curve = r.get(f"{name}_curve")
                 if curve:
                     t, v = zip(*curve, strict=True)
                     ax.plot(t, v, label="orin_rl" if name == "ours" else "mjlab + rsl_rl")
-            ax.set_title(r["task"], fontsize=9)
+            ax.set_title(f"{r['task']} (seed {r.get('seed')})", fontsize=9)
             ax.set_xlabel("wall time from process start (s)")
             ax.set_ylabel("mean episode reward")
             ax.legend()
@@ -213,7 +222,12 @@ def main() -> None:
     p.add_argument("--num-envs", type=int, default=4096)
     p.add_argument("--iterations", type=int, default=300)
     p.add_argument("--steps-per-env", type=int, default=24)
-    p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--seeds", default="42", help="comma-separated: a row per task and seed")
+    p.add_argument(
+        "--append",
+        action="store_true",
+        help="keep the out file's other rows; replace those of the same task and seed",
+    )
     p.add_argument("--device", default="cuda", help="ours: the learner's and the envs' device")
     p.add_argument("--peer-pythonpath", help="PYTHONPATH of mjlab's process (its own mujoco)")
     p.add_argument("--ours-pythonpath", help="PYTHONPATH of orin_rl's process")
@@ -229,14 +243,36 @@ def main() -> None:
     p.add_argument("--work", type=Path, help="keep the runs here (default: a temp folder)")
     args = p.parse_args()
     args.ours_set = [x for s in args.ours_set for x in ("--set", s)]
-    rows = []
+    kept = previous_rows(args.out) if args.append else []
+    rows: list[dict] = []
     with tempfile.TemporaryDirectory() as tmp:
         work = args.work or Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
         for task in args.tasks.split(","):
-            rows.append(bench_task(task, args, work))
-            write(rows, args.out, _meta())
+            for seed in (int(s) for s in args.seeds.split(",")):
+                args.seed = seed
+                rows.append(bench_task(task, args, work / f"seed{seed}"))
+                write(merge_rows(kept, rows), args.out, _meta())  # a cut call keeps each row
     print(args.out.with_suffix(".md").read_text())
+
+
+def row_key(row: dict) -> tuple:
+    """A row's identity in the canonical file: its task and seed."""
+    return row["task"], row.get("seed")
+
+
+def previous_rows(out: Path) -> list[dict]:
+    """The rows already in ``out``'s JSON (none when it does not exist yet)."""
+    path = out.with_suffix(".json")
+    return json.loads(path.read_text()).get("rows", []) if path.exists() else []
+
+
+def merge_rows(kept: list[dict], new: list[dict]) -> list[dict]:
+    """``kept`` with each row of ``new`` replacing the one of the same task and seed (or
+    added), ordered by task and seed."""
+    merged = {row_key(r): r for r in kept}
+    merged.update({row_key(r): r for r in new})
+    return sorted(merged.values(), key=lambda r: (r["task"], r.get("seed") or 0))
 
 
 def _meta() -> dict:

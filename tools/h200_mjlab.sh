@@ -5,6 +5,11 @@
 #   bash tools/h200_mjlab.sh step [TASKS]   the env step alone (tools/bench_mjlab_step.py)
 #   bash tools/h200_mjlab.sh TASK N          bench_mjlab on TASK (N iterations; runs in /tmp/work)
 #   bash tools/h200_mjlab.sh TASK N deploy   export that run, run it 3,000 ticks at 50 Hz
+#   bash tools/h200_mjlab.sh suite TASK SEEDS N   issue 59's rows: ours and mjlab's train on TASK,
+#       4,096 envs, N iterations, one row per seed (SEEDS: 1,2) added to the canonical
+#       docs/benchmarks/mjlab_h200.json (carried in the tree, written to $OUT; FRESH=1 starts
+#       it empty); one call per task keeps each under 10 minutes: Flat Go1, Flat G1, Rough Go1
+#       (Rough cold-starts ~5 min of Warp compiles: keep the machine warm between calls)
 # orin_rl runs with mjlab's mujoco 3.11 (/tmp/mjl) in front of /tmp/site (numpy 2.4, warp);
 # mjlab's own train gets PYTHONPATH=/tmp/mjl:/tmp/wp, as its README says.
 set -uo pipefail
@@ -19,6 +24,13 @@ fi
 if [ "$1" = step ]; then  # the env step alone: mjlab's, ours eager, ours as CUDA graphs
   python3 tools/bench_mjlab_step.py --tasks "${2:-Mjlab-Velocity-Flat-Unitree-Go1,Mjlab-Velocity-Flat-Unitree-G1}" \
     --out "$OUT/mjlab_step_h200" 2>&1 | grep -v "^\[INFO\]\|^Module " | tail -25
+  exit 0
+fi
+if [ "$1" = suite ]; then
+  [ -f "$OUT/mjlab_h200.json" ] || [ "${FRESH:-0}" = 1 ] || cp docs/benchmarks/mjlab_h200.json "$OUT/"
+  python3 tools/bench_mjlab.py --tasks "$2" --seeds "${3:-1,2}" --iterations "${4:-150}" \
+    --peer-pythonpath /tmp/mjl:/tmp/wp --work "/tmp/work/suite-$(echo "$2" | tr A-Z a-z)" \
+    --out "$OUT/mjlab_h200" --append 2>&1 | tail -20
   exit 0
 fi
 task=$1; iters=${2:-150}; slug=$(echo "$task" | awk -F- '{print tolower($NF)}')
