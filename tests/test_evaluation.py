@@ -17,6 +17,7 @@ from orin_rl.evaluation import EvalError, evaluate_policy
 from orin_rl.policy import PolicyError
 from orin_rl.runners.evaluate import evaluate
 from orin_rl.runners.verdict import VERDICT_SEED_OFFSET
+from tests.conftest import REQUIRE_TEST_TOOLS, need_module
 
 CARTPOLE = ("CartPole-v1", "ppo", "train.eval_episodes=6", "train.total_steps=2048")
 
@@ -105,7 +106,7 @@ MISSING_VIDEO = [m for m in ("moviepy", "pygame") if importlib.util.find_spec(m)
 
 
 @pytest.mark.skipif(
-    bool(MISSING_VIDEO),
+    bool(MISSING_VIDEO) and not REQUIRE_TEST_TOOLS,
     reason=f"{' and '.join(MISSING_VIDEO)} not installed (extra: pip install 'orin-rl[video]')",
 )
 def test_video_files_are_written(tiny_run, tmp_path, capsys):
@@ -228,7 +229,7 @@ class TestStableBaselines3Parity:
         the gymnasium env's episode of seed + k."""
         import gymnasium as gym
 
-        sb3_evaluation = pytest.importorskip("stable_baselines3.common.evaluation")
+        sb3_evaluation = need_module("stable_baselines3.common.evaluation", "needs SB3")
         from stable_baselines3.common.monitor import Monitor
         from stable_baselines3.common.vec_env import DummyVecEnv
 
