@@ -328,7 +328,7 @@ def _shape(obs_dim: int, h1: int, h2: int, num_actions: int, activation: str, in
 
 
 class _Device(NamedTuple):
-    """The device functions every kernel family shares (inlined where they are called)."""
+    """The device functions the kernel builders share."""
 
     fmax: Any
     fmin: Any
