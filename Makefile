@@ -17,7 +17,10 @@ install: $(STAMP)
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check $(PIP_ARGS) -e '.[export,dev,sim,mjlab,robot]'
+	$(PY) -m pip install --quiet --disable-pip-version-check $(PIP_ARGS) -e '.[export,dev,sim,mjlab,robot,video]'
+	# Stable-Baselines3, the reference of the SB3-compatibility tests (predict's signature,
+	# evaluate_policy on a VecEnv); its needs are already installed. ~1 s, 2 MB installed.
+	$(PY) -m pip install --quiet --disable-pip-version-check $(PIP_ARGS) 'stable-baselines3==2.9.2'
 	# Unitree's own IDL types and CRC, the wire tests' reference (its opencv dependency unused)
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps 'unitree-sdk2py-dimos==1.0.3'
 	# Real ROS 2 (Kilted: rclpy on Fast DDS and the message packages the bridge speaks), the ROS 2

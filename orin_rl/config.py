@@ -143,7 +143,10 @@ class PPOConfig:
 
 @dataclass
 class ReplayOptions:
-    """Replay options SAC and DQN share (their own sections add the rest)."""
+    """Replay and update options SAC and DQN share (their own sections add the rest). Each
+    section states its own defaults of buffer_size, batch_size, train_freq and learning_rate,
+    which differ between them; a field a section redeclares keeps the docstring here unless
+    it writes its own."""
 
     prioritized: bool = False
     """Prioritized replay; priorities are |TD error| (SAC: the mean over its twin critics)."""
@@ -155,6 +158,20 @@ class ReplayOptions:
     """Put the replay buffer in checkpoint.pt (so a resume keeps its experience)."""
     save_buffer_max_mb: int = 1024
     """Largest buffer (MiB) written into a checkpoint; a bigger one is left out, with a log line."""
+    buffer_size: int = 100_000
+    """Replay capacity in transitions."""
+    batch_size: int = 64
+    """Transitions per gradient step."""
+    learning_starts: int = 1_000
+    """Environment steps before the first update."""
+    train_freq: int = 4
+    """Environment steps (summed over envs) between rounds of gradient steps."""
+    gradient_steps: int = 1
+    """Gradient steps per round (update-to-data ratio = gradient_steps / train_freq)."""
+    learning_rate: float = 2.5e-4
+    """Adam learning rate."""
+    gamma: float = 0.99
+    """Discount factor."""
 
 
 @dataclass
@@ -162,19 +179,12 @@ class SACConfig(ReplayOptions):
     """Soft Actor-Critic (``train.algo: sac``, continuous actions)."""
 
     buffer_size: int = 1_000_000
-    """Replay capacity in transitions."""
     batch_size: int = 256
-    """Transitions per gradient step."""
     learning_starts: int = 1_000
     """Environment steps of uniform random actions before the first update."""
     train_freq: int = 1
-    """Environment steps (summed over envs) between rounds of gradient steps."""
-    gradient_steps: int = 1
-    """Gradient steps per round (update-to-data ratio = gradient_steps / train_freq)."""
     learning_rate: float = 3e-4
     """Adam learning rate of the actor, the critics and the temperature."""
-    gamma: float = 0.99
-    """Discount factor."""
     tau: float = 0.005
     """Polyak factor of the target critics: target <- tau * online + (1 - tau) * target."""
     init_alpha: float = 1.0
@@ -196,19 +206,9 @@ class DQNConfig(ReplayOptions):
     """Double DQN (``train.algo: dqn``, discrete actions)."""
 
     buffer_size: int = 100_000
-    """Replay capacity in transitions."""
     batch_size: int = 64
-    """Transitions per gradient step."""
-    learning_starts: int = 1_000
-    """Environment steps before the first update."""
     train_freq: int = 4
-    """Environment steps (summed over envs) between rounds of gradient steps."""
-    gradient_steps: int = 1
-    """Gradient steps per round."""
     learning_rate: float = 2.5e-4
-    """Adam learning rate."""
-    gamma: float = 0.99
-    """Discount factor."""
     target_update_every: int = 1_000
     """Gradient steps between hard target-network copies (when tau is 1)."""
     tau: float = 1.0

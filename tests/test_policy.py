@@ -15,6 +15,7 @@ import torch
 import orin_rl
 from orin_rl.checkpoint import load_policy as load_checkpoint
 from orin_rl.policy import PolicyError
+from tests.conftest import need_module
 
 HAS_TRT = importlib.util.find_spec("tensorrt") is not None
 ENVS = {"CartPole-v1": (4,), "Pendulum-v1": (3,)}
@@ -121,7 +122,7 @@ def test_predict_has_sb3s_signature_and_defaults():
     """SB3 2.x: ``predict(observation, state=None, episode_start=None, deterministic=False)``."""
     import inspect
 
-    base_class = pytest.importorskip("stable_baselines3.common.base_class")
+    base_class = need_module("stable_baselines3.common.base_class", "needs SB3")
 
     def shape(fn):
         params = list(inspect.signature(fn).parameters.values())[1:]  # after self

@@ -48,6 +48,6 @@ else  # deploy: export the run, then 3,000 ticks at 50 Hz on ONNX Runtime, plant
   python3 -m orin_rl.cli -q export "$run" 2>&1 | tail -3
   for plant in ${PLANTS:-cuda cpu}; do
     timeout 200 python3 -m orin_rl.cli run --model "$run/bundle" --backend onnxruntime --rate 50 \
-      --steps 3000 --plant-device $plant --report "$OUT/run_${slug}_$plant.json" 2>&1 | tail -6
+      --steps 3000 --plant-device "$plant" --report "$OUT/run_${slug}_$plant.json" 2>&1 | tail -6
   done
 fi

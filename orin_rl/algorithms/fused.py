@@ -239,7 +239,61 @@ def build_kernels(obs_dim: int, h1: int, h2: int, num_actions: int, activation: 
            rollout_threads, update_threads, GRADS_MAX_REGISTERS, use_cache)  # fmt: skip
     if key in _KERNELS:
         return _KERNELS[key]
+    s = _shape(obs_dim, h1, h2, num_actions, activation, in_major, num_agents, envs_per_block,
+               rollout_threads, update_threads)  # fmt: skip
+    dev = _device_functions(s)
+    reduce, apply = _reduce_and_apply(s, dev, use_cache)
+    kernels = FusedKernels(_rollout_kernel(s, dev, use_cache), _prepare_kernel(s, dev, use_cache),
+                           _grads_kernel(s, dev, use_cache), reduce, apply)  # fmt: skip
+    _KERNELS[key] = kernels
+    return kernels
 
+
+class _Shape(NamedTuple):
+    """The compile-time sizes and index tables of one policy shape, which the kernels capture
+    as constants (each builder unpacks the ones its kernels read into its own locals)."""
+
+    D: int
+    H1: int
+    H2: int
+    A: int
+    K: int
+    E: int
+    RT: int
+    UT: int
+    C: int
+    P: int
+    NT: int
+    BASE: np.ndarray
+    SIZE: np.ndarray
+    OFF: np.ndarray
+    NIN: np.ndarray
+    NOUT: np.ndarray
+    SMALL: np.ndarray
+    SOFF: np.ndarray
+    NSMALL: int
+    SHP: np.ndarray
+    POFF: np.ndarray
+    NSP: int
+    W2H1: int
+    W2H2: int
+    A1: int
+    W2P: int
+    NW2S: int
+    NSG: int
+    G2: int
+    G1: int
+    R2: int
+    CS2: int
+    CS1: int
+    TANH: bool
+    in_major: bool
+
+
+def _shape(obs_dim: int, h1: int, h2: int, num_actions: int, activation: str, in_major: bool,
+           num_agents: int, envs_per_block: int, rollout_threads: int,
+           update_threads: int) -> _Shape:  # fmt: skip
+    """The constants of ``build_kernels``'s shape, computed once."""
     D, H1, H2, A, K, E = obs_dim, h1, h2, num_actions, num_agents, envs_per_block
     RT, UT = rollout_threads, update_threads
     C = CHUNK
@@ -268,10 +322,28 @@ def build_kernels(obs_dim: int, h1: int, h2: int, num_actions: int, activation: 
     CS2 = -(-C // G2)  # chunk samples a thread computes in layer 2
     CS1 = -(-C // G1)  # ... in d1
     TANH = activation == "tanh"
-    limits = {}  # the simulator takes no register limit
-    if GRADS_MAX_REGISTERS and not numba.config.ENABLE_CUDASIM:
-        limits["max_registers"] = GRADS_MAX_REGISTERS
-    f32 = numba.float32
+    return _Shape(D, H1, H2, A, K, E, RT, UT, C, P, NT, BASE, SIZE, OFF, NIN, NOUT, SMALL, SOFF,
+                  NSMALL, SHP, POFF, NSP, W2H1, W2H2, A1, W2P, NW2S, NSG, G2, G1, R2, CS2, CS1,
+                  TANH, in_major)  # fmt: skip
+
+
+class _Device(NamedTuple):
+    """The device functions the kernel builders share."""
+
+    fmax: Any
+    fmin: Any
+    act: Any
+    dact: Any
+    logsumexp: Any
+    local: Any
+    gidx: Any
+    block_sum: Any
+
+
+def _device_functions(s: _Shape) -> _Device:
+    """The shared device functions of shape ``s``."""
+    A, UT, BASE, SIZE, NIN, NOUT = s.A, s.UT, s.BASE, s.SIZE, s.NIN, s.NOUT
+    TANH, in_major = s.TANH, s.in_major
 
     @cuda.jit(device=True, inline=True)
     def fmax(a, b):
@@ -318,7 +390,32 @@ def build_kernels(obs_dim: int, h1: int, h2: int, num_actions: int, activation: 
         """Flat index of agent k's element (i, j) of tensor t."""
         return BASE[t] + k * SIZE[t] + local(t, i, j)
 
-    # --------------------------------------------------------------- rollout
+    @cuda.jit(device=True)
+    def block_sum(red, value, tid):
+        """Sum of the float32 ``value`` over the block (a tree in a fixed order: reproducible),
+        returned to every thread."""
+        red[tid] = value
+        cuda.syncthreads()
+        step = UT // 2
+        while step > 0:
+            if tid < step:
+                red[tid] += red[tid + step]
+            cuda.syncthreads()
+            step //= 2
+        total = red[0]
+        cuda.syncthreads()
+        return total
+
+    return _Device(fmax, fmin, act, dact, logsumexp, local, gidx, block_sum)
+
+
+def _rollout_kernel(s: _Shape, dev: _Device, use_cache: bool) -> Any:
+    """The rollout kernel: a block steps its envs for the whole rollout (module docstring)."""
+    D, H1, H2, A, E, RT, P = s.D, s.H1, s.H2, s.A, s.E, s.RT, s.P
+    SIZE, OFF, NOUT, W2H1, W2H2, A1 = s.SIZE, s.OFF, s.NOUT, s.W2H1, s.W2H2, s.A1
+    act, logsumexp, gidx = dev.act, dev.logsumexp, dev.gidx
+    f32 = numba.float32
+
     @cuda.jit(device=True, inline=True)
     def sw(t, i, j):
         """Index of (i, j) of tensor t in the rollout's shared copy (always input-major)."""
@@ -498,33 +595,13 @@ def build_kernels(obs_dim: int, h1: int, h2: int, num_actions: int, activation: 
                 adv_b[t, g] = last
                 ret_b[t, g] = last + values_b[t, g]
 
-    # ---------------------------------------------------------------- update
-    @cuda.jit(device=True)
-    def block_sum(red, value, tid):
-        """Sum of the float32 ``value`` over the block (a tree in a fixed order: reproducible),
-        returned to every thread."""
-        red[tid] = value
-        cuda.syncthreads()
-        step = UT // 2
-        while step > 0:
-            if tid < step:
-                red[tid] += red[tid + step]
-            cuda.syncthreads()
-            step //= 2
-        total = red[0]
-        cuda.syncthreads()
-        return total
+    return rollout
 
-    @cuda.jit(device=True, inline=True)
-    def adam(params, m1, m2, q, g, step_size, bc2_sqrt):
-        """torch.optim.Adam's step (betas 0.9, 0.999, eps 1e-5) of element q; the new value."""
-        mq = F32(0.9) * m1[q] + F32(0.1) * g
-        vq = F32(0.999) * m2[q] + F32(0.001) * g * g
-        m1[q] = mq
-        m2[q] = vq
-        p = params[q] - step_size * mq / (math.sqrt(vq) / bc2_sqrt + F32(1e-5))
-        params[q] = p
-        return p
+
+def _prepare_kernel(s: _Shape, dev: _Device, use_cache: bool) -> Any:
+    """The update's first kernel: the advantages normalised per agent."""
+    UT, block_sum = s.UT, dev.block_sum
+    f32 = numba.float32
 
     @cuda.jit(cache=use_cache)
     def prepare(adv_b, stats, n_envs, norm_adv):
@@ -552,6 +629,251 @@ def build_kernels(obs_dim: int, h1: int, h2: int, num_actions: int, activation: 
                 g = k * n_envs + idx % n_envs
                 adv_b[t, g] = (adv_b[t, g] - mean32) / (std + F32(1e-8))
 
+    return prepare
+
+
+def _forward_and_loss(s: _Shape, dev: _Device) -> tuple[Any, Any]:
+    """The gradient kernel's forward stages: a chunk through both networks, then the loss's
+    gradient at the heads."""
+    D, H1, H2, A, UT, C, POFF = s.D, s.H1, s.H2, s.A, s.UT, s.C, s.POFF
+    W2H1, A1, W2P, G2, CS2 = s.W2H1, s.A1, s.W2P, s.G2, s.CS2
+    fmax, fmin, act, logsumexp, local, gidx = (dev.fmax, dev.fmin, dev.act, dev.logsumexp,
+                                               dev.local, dev.gidx)  # fmt: skip
+    f32 = numba.float32
+
+    @cuda.jit(device=True, inline=True)
+    def chunk_forward(params, perm, obs_b, n_envs, k, epoch, first, c0, nc, xs, a1s, a2s, outs,
+                      w2s, sp, tid, owner, grp, col, net2, q2):  # fmt: skip
+        """The chunk's samples gathered into ``xs`` and run through both networks: layer
+        activations into ``a1s``/``a2s``, logits and value into ``outs``."""
+        hsum = cuda.local.array(CS2, f32)
+        # A short last chunk is padded with zero rows whose loss gradient is zero: every
+        # loop below runs C samples, a compile-time count.
+        for idx in range(tid, C * D, UT):
+            c = idx // D
+            x = ZERO
+            if c < nc:
+                smp = perm[epoch, k, first + c0 + c]
+                x = obs_b[smp // n_envs, k * n_envs + smp % n_envs, idx % D]
+            xs[c, idx % D] = x
+        cuda.syncthreads()
+        for idx in range(tid, C * W2H1, UT):  # layer 1 (D inputs, from global)
+            c = idx // W2H1
+            u = idx % W2H1
+            net = u // H1
+            q = u % H1
+            h = sp[POFF[6 * net + 1] + q]
+            for i in range(D):
+                h += xs[c, i] * params[gidx(6 * net, k, i, q)]
+            a1s[c, u] = act(h)
+        cuda.syncthreads()
+        if owner:  # layer 2: column col, samples grp, grp + G2, ...; W2 read once
+            for s in range(CS2):
+                hsum[s] = ZERO
+            for i in range(H1):
+                w = w2s[(net2 * H1 + i) * W2P + q2]
+                for s in range(CS2):
+                    c = grp + s * G2
+                    if c < C:
+                        hsum[s] += a1s[c, net2 * H1 + i] * w
+            bias = sp[POFF[6 * net2 + 3] + q2]
+            for s in range(CS2):
+                c = grp + s * G2
+                if c < C:
+                    a2s[c, col] = act(hsum[s] + bias)
+        cuda.syncthreads()
+        for idx in range(tid, C * A1, UT):  # heads
+            c = idx // A1
+            o = idx % A1
+            if o < A:
+                h = sp[POFF[5] + o]
+                for i in range(H2):
+                    h += a2s[c, i] * sp[POFF[4] + local(4, i, o)]
+            else:
+                h = sp[POFF[11]]
+                for i in range(H2):
+                    h += a2s[c, H2 + i] * sp[POFF[10] + i]
+            outs[c, o] = h
+        cuda.syncthreads()
+
+    @cuda.jit(device=True, inline=True)
+    def loss_at_heads(outs, terms, perm, actions_b, logp_b, values_b, adv_b, ret_b, clip,
+                      ent_coef, vf_coef, clip_vloss, inv_mb, n_envs, k, epoch, first, c0, nc,
+                      tid):  # fmt: skip
+        """The loss's gradient at the heads into ``outs`` and its terms into ``terms``, one
+        sample per thread."""
+        # The loss's gradient at the heads, one sample per thread (PPO's _minibatch_step
+        # differentiated by hand, torch.max's and clamp's subgradients included).
+        for c in range(nc + tid, C, UT):  # the padding: no gradient, no loss terms
+            for o in range(A1):
+                outs[c, o] = ZERO
+            for m in range(5):
+                terms[c, m] = ZERO
+        for c in range(tid, nc, UT):
+            smp = perm[epoch, k, first + c0 + c]
+            t = smp // n_envs
+            g = k * n_envs + smp % n_envs
+            a = actions_b[t, g]
+            lse = logsumexp(outs, c)
+            entropy = ZERO
+            for o in range(A):
+                lp = outs[c, o] - lse
+                entropy -= math.exp(lp) * lp
+            logratio = outs[c, a] - lse - logp_b[t, g]
+            ratio = math.exp(logratio)
+            adv = adv_b[t, g]
+            inside = ratio >= ONE - clip and ratio <= ONE + clip
+            unclipped = -adv * ratio
+            clipped = -adv * fmin(fmax(ratio, ONE - clip), ONE + clip)
+            if unclipped > clipped:
+                d_ratio = -adv
+                pg = unclipped
+            elif unclipped == clipped:
+                d_ratio = -adv * HALF + (-adv * HALF if inside else ZERO)
+                pg = unclipped
+            else:
+                d_ratio = -adv if inside else ZERO
+                pg = clipped
+            g_logp = d_ratio * ratio * inv_mb
+            value = outs[c, A]
+            ret = ret_b[t, g]
+            if clip_vloss:
+                old = values_b[t, g]
+                dv = value - old
+                inside_v = dv >= -clip and dv <= clip
+                vc = old + fmin(fmax(dv, -clip), clip)
+                sq_u = (value - ret) * (value - ret)
+                sq_c = (vc - ret) * (vc - ret)
+                if sq_u > sq_c:
+                    g_v = value - ret
+                    vloss = sq_u
+                elif sq_u == sq_c:
+                    half_c = HALF * (vc - ret) if inside_v else ZERO
+                    g_v = HALF * (value - ret) + half_c
+                    vloss = sq_u
+                else:
+                    g_v = (vc - ret) if inside_v else ZERO
+                    vloss = sq_c
+            else:
+                g_v = value - ret
+                vloss = (value - ret) * (value - ret)
+            for o in range(A):
+                lp = outs[c, o] - lse
+                p = math.exp(lp)
+                onehot = ONE if o == a else ZERO
+                outs[c, o] = g_logp * (onehot - p) + ent_coef * inv_mb * p * (lp + entropy)
+            outs[c, A] = vf_coef * g_v * inv_mb
+            terms[c, 0] = pg
+            terms[c, 1] = HALF * vloss
+            terms[c, 2] = entropy
+            terms[c, 3] = (ratio - ONE) - logratio
+            terms[c, 4] = ONE if abs(ratio - ONE) > clip else ZERO
+
+    return chunk_forward, loss_at_heads
+
+
+def _backward(s: _Shape, dev: _Device) -> tuple[Any, Any]:
+    """The gradient kernel's backward stages: the heads and layer 2, then layer 1."""
+    D, H1, H2, A, UT, C, POFF, SOFF = s.D, s.H1, s.H2, s.A, s.UT, s.C, s.POFF, s.SOFF
+    W2H1, W2H2, A1, W2P, G1, CS1 = s.W2H1, s.W2H2, s.A1, s.W2P, s.G1, s.CS1
+    dact, local = dev.dact, dev.local
+    f32 = numba.float32
+
+    @cuda.jit(device=True, inline=True)
+    def heads_backward(sp, sg, a2s, outs, tid):
+        """The heads' gradients into ``sg``, then d2 in place of the layer-2 activations."""
+        # heads' gradients (need the layer-2 activations, before d2 replaces them)
+        for idx in range(tid, H2 * A1 + A1, UT):
+            if idx < H2 * A:
+                i = idx // A
+                o = idx % A
+                h = ZERO
+                for c in range(C):
+                    h += a2s[c, i] * outs[c, o]
+                sg[SOFF[4] + local(4, i, o)] += h
+            elif idx < H2 * A1:
+                i = idx - H2 * A
+                h = ZERO
+                for c in range(C):
+                    h += a2s[c, H2 + i] * outs[c, A]
+                sg[SOFF[10] + i] += h
+            else:
+                o = idx - H2 * A1
+                h = ZERO
+                for c in range(C):
+                    h += outs[c, o]
+                sg[(SOFF[5] + o) if o < A else SOFF[11]] += h
+        cuda.syncthreads()
+        for idx in range(tid, C * W2H2, UT):  # d2, in place of the activations
+            c = idx // W2H2
+            u = idx % W2H2
+            q = u % H2
+            if u < H2:
+                h = ZERO
+                for o in range(A):
+                    h += sp[POFF[4] + local(4, q, o)] * outs[c, o]
+            else:
+                h = sp[POFF[10] + q] * outs[c, A]
+            a2s[c, u] = h * dact(a2s[c, u])
+        cuda.syncthreads()
+
+    @cuda.jit(device=True, inline=True)
+    def layer1_backward(w2s, xs, a1s, a2s, sg, tid):
+        """d1 in place of the layer-1 activations, then dW1 and db1 into ``sg``."""
+        hsum1 = cuda.local.array(CS1, f32)
+        unit = tid % W2H1  # d1, in place of the layer-1 activations
+        g1 = tid // W2H1
+        if g1 < G1:
+            net = unit // H1
+            i = unit % H1
+            row = (net * H1 + i) * W2P
+            for s in range(CS1):
+                hsum1[s] = ZERO
+            for q in range(H2):  # W2 read once for the thread's samples
+                w = w2s[row + q]
+                for s in range(CS1):
+                    c = g1 + s * G1
+                    if c < C:
+                        hsum1[s] += w * a2s[c, net * H2 + q]
+            for s in range(CS1):
+                c = g1 + s * G1
+                if c < C:
+                    a1s[c, unit] = hsum1[s] * dact(a1s[c, unit])
+        cuda.syncthreads()
+        for idx in range(tid, 2 * (D * H1 + H1), UT):  # dW1 and db1
+            net = idx // (D * H1 + H1)
+            e = idx % (D * H1 + H1)
+            h = ZERO
+            if e < D * H1:
+                i = e // H1
+                q = e % H1
+                for c in range(C):
+                    h += xs[c, i] * a1s[c, net * H1 + q]
+                sg[SOFF[6 * net] + local(6 * net, i, q)] += h
+            else:
+                q = e - D * H1
+                for c in range(C):
+                    h += a1s[c, net * H1 + q]
+                sg[SOFF[6 * net + 1] + q] += h
+        cuda.syncthreads()
+
+    return heads_backward, layer1_backward
+
+
+def _grads_kernel(s: _Shape, dev: _Device, use_cache: bool) -> Any:
+    """The update's gradient kernel: per chunk of its slice of the minibatch, the forward
+    stages (``_forward_and_loss``) and the backward ones (``_backward``), inlined into it."""
+    D, H1, H2, UT, C, W2H1, W2H2, A1, W2P = s.D, s.H1, s.H2, s.UT, s.C, s.W2H1, s.W2H2, s.A1, s.W2P
+    BASE, SIZE, SMALL, SOFF, NSMALL, SHP, POFF, NSP = (s.BASE, s.SIZE, s.SMALL, s.SOFF,
+                                                        s.NSMALL, s.SHP, s.POFF, s.NSP)  # fmt: skip
+    NW2S, NSG, G2, R2, gidx = s.NW2S, s.NSG, s.G2, s.R2, dev.gidx
+    chunk_forward, loss_at_heads = _forward_and_loss(s, dev)
+    heads_backward, layer1_backward = _backward(s, dev)
+    limits = {}  # the simulator takes no register limit
+    if GRADS_MAX_REGISTERS and not numba.config.ENABLE_CUDASIM:
+        limits["max_registers"] = GRADS_MAX_REGISTERS
+    f32 = numba.float32
+
     @cuda.jit(cache=use_cache, **limits)
     def grads(params, partial, pterms, obs_b, actions_b, logp_b, values_b, adv_b, ret_b, perm,
               clip, ent_coef, vf_coef, clip_vloss, n_envs, num_mb, j):  # fmt: skip
@@ -573,8 +895,6 @@ def build_kernels(obs_dim: int, h1: int, h2: int, num_actions: int, activation: 
         sp = cuda.shared.array(NSP, f32)  # biases and heads: read in every chunk
         mb_terms = cuda.shared.array(5, f32)
         acc = cuda.local.array(R2, f32)  # this thread's W2 gradient elements
-        hsum = cuda.local.array(CS2, f32)
-        hsum1 = cuda.local.array(CS1, f32)
         mb = obs_b.shape[0] * n_envs // num_mb
         inv_mb = ONE / f32(mb)
         per = (mb + nparts - 1) // nparts
@@ -610,158 +930,16 @@ def build_kernels(obs_dim: int, h1: int, h2: int, num_actions: int, activation: 
             nc = hi - c0
             if nc > C:
                 nc = C
-            # A short last chunk is padded with zero rows whose loss gradient is zero: every
-            # loop below runs C samples, a compile-time count.
-            for idx in range(tid, C * D, UT):
-                c = idx // D
-                x = ZERO
-                if c < nc:
-                    smp = perm[epoch, k, first + c0 + c]
-                    x = obs_b[smp // n_envs, k * n_envs + smp % n_envs, idx % D]
-                xs[c, idx % D] = x
-            cuda.syncthreads()
-            for idx in range(tid, C * W2H1, UT):  # layer 1 (D inputs, from global)
-                c = idx // W2H1
-                u = idx % W2H1
-                net = u // H1
-                q = u % H1
-                h = sp[POFF[6 * net + 1] + q]
-                for i in range(D):
-                    h += xs[c, i] * params[gidx(6 * net, k, i, q)]
-                a1s[c, u] = act(h)
-            cuda.syncthreads()
-            if owner:  # layer 2: column col, samples grp, grp + G2, ...; W2 read once
-                for s in range(CS2):
-                    hsum[s] = ZERO
-                for i in range(H1):
-                    w = w2s[(net2 * H1 + i) * W2P + q2]
-                    for s in range(CS2):
-                        c = grp + s * G2
-                        if c < C:
-                            hsum[s] += a1s[c, net2 * H1 + i] * w
-                bias = sp[POFF[6 * net2 + 3] + q2]
-                for s in range(CS2):
-                    c = grp + s * G2
-                    if c < C:
-                        a2s[c, col] = act(hsum[s] + bias)
-            cuda.syncthreads()
-            for idx in range(tid, C * A1, UT):  # heads
-                c = idx // A1
-                o = idx % A1
-                if o < A:
-                    h = sp[POFF[5] + o]
-                    for i in range(H2):
-                        h += a2s[c, i] * sp[POFF[4] + local(4, i, o)]
-                else:
-                    h = sp[POFF[11]]
-                    for i in range(H2):
-                        h += a2s[c, H2 + i] * sp[POFF[10] + i]
-                outs[c, o] = h
-            cuda.syncthreads()
-            # The loss's gradient at the heads, one sample per thread (PPO's _minibatch_step
-            # differentiated by hand, torch.max's and clamp's subgradients included).
-            for c in range(nc + tid, C, UT):  # the padding: no gradient, no loss terms
-                for o in range(A1):
-                    outs[c, o] = ZERO
-                for m in range(5):
-                    terms[c, m] = ZERO
-            for c in range(tid, nc, UT):
-                smp = perm[epoch, k, first + c0 + c]
-                t = smp // n_envs
-                g = k * n_envs + smp % n_envs
-                a = actions_b[t, g]
-                lse = logsumexp(outs, c)
-                entropy = ZERO
-                for o in range(A):
-                    lp = outs[c, o] - lse
-                    entropy -= math.exp(lp) * lp
-                logratio = outs[c, a] - lse - logp_b[t, g]
-                ratio = math.exp(logratio)
-                adv = adv_b[t, g]
-                inside = ratio >= ONE - clip and ratio <= ONE + clip
-                unclipped = -adv * ratio
-                clipped = -adv * fmin(fmax(ratio, ONE - clip), ONE + clip)
-                if unclipped > clipped:
-                    d_ratio = -adv
-                    pg = unclipped
-                elif unclipped == clipped:
-                    d_ratio = -adv * HALF + (-adv * HALF if inside else ZERO)
-                    pg = unclipped
-                else:
-                    d_ratio = -adv if inside else ZERO
-                    pg = clipped
-                g_logp = d_ratio * ratio * inv_mb
-                value = outs[c, A]
-                ret = ret_b[t, g]
-                if clip_vloss:
-                    old = values_b[t, g]
-                    dv = value - old
-                    inside_v = dv >= -clip and dv <= clip
-                    vc = old + fmin(fmax(dv, -clip), clip)
-                    sq_u = (value - ret) * (value - ret)
-                    sq_c = (vc - ret) * (vc - ret)
-                    if sq_u > sq_c:
-                        g_v = value - ret
-                        vloss = sq_u
-                    elif sq_u == sq_c:
-                        half_c = HALF * (vc - ret) if inside_v else ZERO
-                        g_v = HALF * (value - ret) + half_c
-                        vloss = sq_u
-                    else:
-                        g_v = (vc - ret) if inside_v else ZERO
-                        vloss = sq_c
-                else:
-                    g_v = value - ret
-                    vloss = (value - ret) * (value - ret)
-                for o in range(A):
-                    lp = outs[c, o] - lse
-                    p = math.exp(lp)
-                    onehot = ONE if o == a else ZERO
-                    outs[c, o] = g_logp * (onehot - p) + ent_coef * inv_mb * p * (lp + entropy)
-                outs[c, A] = vf_coef * g_v * inv_mb
-                terms[c, 0] = pg
-                terms[c, 1] = HALF * vloss
-                terms[c, 2] = entropy
-                terms[c, 3] = (ratio - ONE) - logratio
-                terms[c, 4] = ONE if abs(ratio - ONE) > clip else ZERO
+            chunk_forward(params, perm, obs_b, n_envs, k, epoch, first, c0, nc, xs, a1s, a2s, outs,
+                          w2s, sp, tid, owner, grp, col, net2, q2)  # fmt: skip
+            loss_at_heads(outs, terms, perm, actions_b, logp_b, values_b, adv_b, ret_b, clip,
+                          ent_coef, vf_coef, clip_vloss, inv_mb, n_envs, k, epoch, first, c0, nc,
+                          tid)  # fmt: skip
             cuda.syncthreads()
             if tid < 5:  # fixed order: a run is reproducible
                 for c in range(C):
                     mb_terms[tid] += terms[c, tid]
-            # heads' gradients (need the layer-2 activations, before d2 replaces them)
-            for idx in range(tid, H2 * A1 + A1, UT):
-                if idx < H2 * A:
-                    i = idx // A
-                    o = idx % A
-                    h = ZERO
-                    for c in range(C):
-                        h += a2s[c, i] * outs[c, o]
-                    sg[SOFF[4] + local(4, i, o)] += h
-                elif idx < H2 * A1:
-                    i = idx - H2 * A
-                    h = ZERO
-                    for c in range(C):
-                        h += a2s[c, H2 + i] * outs[c, A]
-                    sg[SOFF[10] + i] += h
-                else:
-                    o = idx - H2 * A1
-                    h = ZERO
-                    for c in range(C):
-                        h += outs[c, o]
-                    sg[(SOFF[5] + o) if o < A else SOFF[11]] += h
-            cuda.syncthreads()
-            for idx in range(tid, C * W2H2, UT):  # d2, in place of the activations
-                c = idx // W2H2
-                u = idx % W2H2
-                q = u % H2
-                if u < H2:
-                    h = ZERO
-                    for o in range(A):
-                        h += sp[POFF[4] + local(4, q, o)] * outs[c, o]
-                else:
-                    h = sp[POFF[10] + q] * outs[c, A]
-                a2s[c, u] = h * dact(a2s[c, u])
-            cuda.syncthreads()
+            heads_backward(sp, sg, a2s, outs, tid)
             if owner:  # dW2 (registers) and db2
                 for c in range(C):
                     d = a2s[c, col]
@@ -775,41 +953,7 @@ def build_kernels(obs_dim: int, h1: int, h2: int, num_actions: int, activation: 
                         h += a2s[c, col]
                     sg[SOFF[6 * net2 + 3] + q2] += h
             cuda.syncthreads()
-            unit = tid % W2H1  # d1, in place of the layer-1 activations
-            g1 = tid // W2H1
-            if g1 < G1:
-                net = unit // H1
-                i = unit % H1
-                row = (net * H1 + i) * W2P
-                for s in range(CS1):
-                    hsum1[s] = ZERO
-                for q in range(H2):  # W2 read once for the thread's samples
-                    w = w2s[row + q]
-                    for s in range(CS1):
-                        c = g1 + s * G1
-                        if c < C:
-                            hsum1[s] += w * a2s[c, net * H2 + q]
-                for s in range(CS1):
-                    c = g1 + s * G1
-                    if c < C:
-                        a1s[c, unit] = hsum1[s] * dact(a1s[c, unit])
-            cuda.syncthreads()
-            for idx in range(tid, 2 * (D * H1 + H1), UT):  # dW1 and db1
-                net = idx // (D * H1 + H1)
-                e = idx % (D * H1 + H1)
-                h = ZERO
-                if e < D * H1:
-                    i = e // H1
-                    q = e % H1
-                    for c in range(C):
-                        h += xs[c, i] * a1s[c, net * H1 + q]
-                    sg[SOFF[6 * net] + local(6 * net, i, q)] += h
-                else:
-                    q = e - D * H1
-                    for c in range(C):
-                        h += a1s[c, net * H1 + q]
-                    sg[SOFF[6 * net + 1] + q] += h
-            cuda.syncthreads()
+            layer1_backward(w2s, xs, a1s, a2s, sg, tid)
         if owner:  # this slice's gradient, in the flat layout
             for r in range(R2):
                 i = grp + r * G2
@@ -821,6 +965,26 @@ def build_kernels(obs_dim: int, h1: int, h2: int, num_actions: int, activation: 
                 partial[part, BASE[t] + k * SIZE[t] + idx] = sg[SOFF[t] + idx]
         if tid < 5:
             pterms[part, k, tid] = mb_terms[tid]
+
+    return grads
+
+
+def _reduce_and_apply(s: _Shape, dev: _Device, use_cache: bool) -> tuple[Any, Any]:
+    """The update's last two kernels: the parts' gradients summed, then clipped into Adam."""
+    UT, P, NT, BASE, SIZE, OFF = s.UT, s.P, s.NT, s.BASE, s.SIZE, s.OFF
+    fmin, block_sum = dev.fmin, dev.block_sum
+    f32 = numba.float32
+
+    @cuda.jit(device=True, inline=True)
+    def adam(params, m1, m2, q, g, step_size, bc2_sqrt):
+        """torch.optim.Adam's step (betas 0.9, 0.999, eps 1e-5) of element q; the new value."""
+        mq = F32(0.9) * m1[q] + F32(0.1) * g
+        vq = F32(0.999) * m2[q] + F32(0.001) * g * g
+        m1[q] = mq
+        m2[q] = vq
+        p = params[q] - step_size * mq / (math.sqrt(vq) / bc2_sqrt + F32(1e-5))
+        params[q] = p
+        return p
 
     @cuda.jit(device=True, inline=True)
     def element(k, e):
@@ -900,9 +1064,7 @@ def build_kernels(obs_dim: int, h1: int, h2: int, num_actions: int, activation: 
                 h += pterms[p, k, tid]
             stats[k, tid] += h * (ONE / f32(mb))
 
-    kernels = FusedKernels(rollout, prepare, grads, reduce, apply)
-    _KERNELS[key] = kernels
-    return kernels
+    return reduce, apply
 
 
 # ---------------------------------------------------------------------------- driver

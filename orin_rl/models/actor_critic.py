@@ -118,7 +118,25 @@ def _ortho(layer: nn.Linear, gain: float) -> nn.Linear:
     return layer
 
 
-class ActorCritic(nn.Module):
+class SampledPolicy:
+    """``act`` and ``evaluate`` of a policy from its ``distribution`` and ``value``: written
+    once for ``ActorCritic`` (batch shapes (B, ...)) and ``BatchedActorCritic`` ((K, B, ...))."""
+
+    def act(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Sample actions: returns (actions, log-probabilities, values)."""
+        dist = self.distribution(obs)
+        actions = dist.sample()
+        return actions, dist.log_prob(actions), self.value(obs)
+
+    def evaluate(
+        self, obs: torch.Tensor, actions: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(log-probabilities, entropies, values) of ``actions`` under the current policy."""
+        dist = self.distribution(obs)
+        return dist.log_prob(actions), dist.entropy(), self.value(obs)
+
+
+class ActorCritic(SampledPolicy, nn.Module):
     """Separate actor and critic MLPs over (optionally normalised) flat observations."""
 
     def __init__(self, spec: PolicySpec):
@@ -199,19 +217,6 @@ class ActorCritic(nn.Module):
         hidden = self.critic[:-1](x)
         with torch.autocast(x.device.type, enabled=False):
             return self.critic[-1](hidden.float()).squeeze(-1)
-
-    def act(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Sample actions: returns (actions, log-probabilities, values)."""
-        dist = self.distribution(obs)
-        actions = dist.sample()
-        return actions, dist.log_prob(actions), self.value(obs)
-
-    def evaluate(
-        self, obs: torch.Tensor, actions: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(log-probabilities, entropies, values) of ``actions`` under the current policy."""
-        dist = self.distribution(obs)
-        return dist.log_prob(actions), dist.entropy(), self.value(obs)
 
     def act_deterministic(self, obs: torch.Tensor) -> torch.Tensor:
         """The distribution's mode (argmax / mean; squashed: the scaled tanh of the mean)."""

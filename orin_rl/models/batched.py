@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from orin_rl.models.actor_critic import ACTIVATIONS, ActorCritic, PolicySpec
+from orin_rl.models.actor_critic import ACTIVATIONS, ActorCritic, PolicySpec, SampledPolicy
 from orin_rl.models.distributions import Categorical, DiagGaussian
 from orin_rl.models.normalizer import ObsNormalizer
 
@@ -51,8 +51,9 @@ class BatchedMLP(nn.Module):
         return out
 
 
-class BatchedActorCritic(nn.Module):
-    """``num_agents`` ActorCritics; observations and actions are (K, B, ...)."""
+class BatchedActorCritic(SampledPolicy, nn.Module):
+    """``num_agents`` ActorCritics; observations and actions are (K, B, ...): ``act`` and
+    ``evaluate`` (``SampledPolicy``) give each result with leading (K, B)."""
 
     def __init__(self, spec: PolicySpec, num_agents: int):
         super().__init__()
@@ -95,19 +96,6 @@ class BatchedActorCritic(nn.Module):
         hidden = self.critic(x, slice(None, -1))
         with torch.autocast(x.device.type, enabled=False):
             return self.critic(hidden.float(), slice(-1, None)).squeeze(-1)
-
-    def act(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Sample: (actions, log-probabilities, values), each with leading (K, B)."""
-        dist = self.distribution(obs)
-        actions = dist.sample()
-        return actions, dist.log_prob(actions), self.value(obs)
-
-    def evaluate(
-        self, obs: torch.Tensor, actions: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(log-probabilities, entropies, values) of ``actions``, each (K, B)."""
-        dist = self.distribution(obs)
-        return dist.log_prob(actions), dist.entropy(), self.value(obs)
 
     def act_deterministic(self, obs: torch.Tensor) -> torch.Tensor:
         """The distributions' modes, (K, B, ...)."""

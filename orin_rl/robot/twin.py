@@ -271,20 +271,26 @@ class RobotTwin:
     def run(self, seconds: float | None = None, report: str | Path | None = None) -> dict:
         """Step in real time (accumulated deadlines) until ``seconds`` or SIGINT/SIGTERM."""
         self._running = True
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        # The stop handlers live as long as the run: the caller's own come back when it ends.
+        previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+        for sig in previous:
             signal.signal(sig, lambda *_: setattr(self, "_running", False))
         period = self.m.opt.timestep
         self._t0 = next_time = time.monotonic()
         late = 0
-        while self._running and (seconds is None or next_time - self._t0 < seconds):
-            self.step(time.monotonic())
-            next_time += period
-            delay = next_time - time.monotonic()
-            if delay > 0:
-                time.sleep(delay)
-            elif delay < -period:
-                late += 1
-                next_time = time.monotonic()
+        try:
+            while self._running and (seconds is None or next_time - self._t0 < seconds):
+                self.step(time.monotonic())
+                next_time += period
+                delay = next_time - time.monotonic()
+                if delay > 0:
+                    time.sleep(delay)
+                elif delay < -period:
+                    late += 1
+                    next_time = time.monotonic()
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
         self.report.update({"seconds": round(time.monotonic() - self._t0, 3),
                             "late_steps": late, "physics_dt": period})  # fmt: skip
         if report:

@@ -159,6 +159,7 @@ class UnitreePlant:
         self._state_time = 0.0
         self._running = False
         self._thread: threading.Thread | None = None
+        self._frozen = False  # start froze the heap out of collections; close thaws it
         self._t0 = time.monotonic()
         self.counts = {"states": 0, "commands": 0, "ticks": 0}
         self._errors: list[float] = []
@@ -239,9 +240,10 @@ class UnitreePlant:
         # The control loop collects garbage before its first tick: a full collection of a
         # large heap holds the GIL long enough (0.5 s seen with mjlab loaded) to starve the
         # command thread. Collect now, before any motor is driven, and freeze what survives
-        # out of later collections.
+        # out of later collections (``close`` gives them back to the collector).
         gc.collect()
         gc.freeze()
+        self._frozen = True
         self._running = True
         self._thread = threading.Thread(target=self._command_loop, name="lowcmd", daemon=True)
         self._thread.start()
@@ -346,6 +348,9 @@ class UnitreePlant:
             self._running = False
             if self._thread is not None:
                 self._thread.join(timeout=1.0)
+        if self._frozen:  # the run's heap is collectable again: a long-lived caller's memory
+            gc.unfreeze()
+            self._frozen = False
         self.participant = None
 
     # ------------------------------------------------------------------ the control loop's side

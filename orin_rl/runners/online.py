@@ -113,6 +113,8 @@ class OnlineRunner(OffPolicyRunner):
         self.stop = threading.Event()
         self.learner_error: BaseException | None = None
         self.learner_heartbeat = time.monotonic()
+        self.learner_loop_s = 0.0
+        """The learner loop's time (a run's last process), which its phases add up to."""
         self.weight_swaps_published = 0
         self.watchdog_trips = 0
         self._base_steps = self.algo.env_steps  # from an earlier process of this run
@@ -393,8 +395,12 @@ class OnlineRunner(OffPolicyRunner):
         # another, so the actor's weights never lag far behind the updates counted.
         in_flight: deque[torch.cuda.Event] = deque()
         cuda = self.device.type == "cuda"
+        # The phases partition the loop's time: "other" runs from one iteration's last clock
+        # reading to the next one's first (the stop check between them included).
+        loop_start = last = clock()
         while not self.stop.is_set():
             t0 = clock()
+            phase["other"] += t0 - last
             self._drain(force=False)
             t1 = clock()
             phase["drain"] += t1 - t0
@@ -466,7 +472,9 @@ class OnlineRunner(OffPolicyRunner):
                 self._learner_reason = "max_wall_s"
                 self.stop.set()
             self.learner_heartbeat = time.monotonic()
-            phase["other"] += clock() - t4
+            last = clock()
+            phase["other"] += last - t4
+        self.learner_loop_s = last - loop_start  # what the phases add up to
         phase["evaluate"] = self.eval_time_s - eval_before
         phase["other"] -= phase["evaluate"]
         # the supervisor stopped us, or we stopped: last transitions into the buffer

@@ -13,6 +13,7 @@ import yaml
 
 from orin_rl import cli, envs
 from orin_rl.env_factory import make_env
+from tests.conftest import REQUIRE_TEST_TOOLS
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "docs" / "examples"
 ENV_ID = "goal_seek:GoalSeek-v0"
@@ -114,7 +115,7 @@ def test_bad_custom_env_input_is_one_line_exit_2(in_examples, tmp_path, capsys, 
 
 
 @pytest.mark.skipif(
-    importlib.util.find_spec("moviepy") is None,
+    importlib.util.find_spec("moviepy") is None and not REQUIRE_TEST_TOOLS,
     reason="moviepy not installed (extra: pip install 'orin-rl[video]')",
 )
 def test_video_of_the_custom_env(in_examples, tmp_path, capsys):

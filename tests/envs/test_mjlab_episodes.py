@@ -27,7 +27,8 @@ TRACKING = "Metrics/twist/error_vel_xy"
 @pytest.fixture(scope="module")
 def evaluation():
     """Six steps of a 4-world evaluation batch, world 0 upside down at the start: per step,
-    the done flags and what mjlab itself logged; then the batch's ``pop_log``."""
+    the done flags and what mjlab itself logged; then the batch's ``pop_log``, a second one at
+    once, a seventh step (its done flags and mjlab's log) and ``pop_log`` again."""
     env = MjlabVecEnv(GO1, WORLDS, "cpu", EnvOptions(seed=3, max_episode_steps=LIMIT, evaluation=True))  # fmt: skip
     env.reset(seed=3)
     robot = env.env.scene["robot"]
@@ -40,9 +41,14 @@ def evaluation():
         mjlabs = {k: float(v) for k, v in env.env.extras["log"].items()}
         steps.append(((step.terminated | step.truncated).tolist(), mjlabs))
     logged = env.pop_log()
+    empty = env.pop_log()  # nothing stepped since the last read
+    # a seventh step: world 0's third episode ends (a time-out), not one the batch counts
+    step = env.step(torch.zeros(WORLDS, env.action_space.shape[0]))
+    seventh = ((step.terminated | step.truncated).tolist(),
+               {k: float(v) for k, v in env.env.extras["log"].items()})  # fmt: skip
     again = env.pop_log()
     env.close()
-    return steps, logged, again
+    return steps, logged, (empty, seventh, again)
 
 
 def test_terminations_are_rates_over_the_first_episode_of_each_world(evaluation):
@@ -72,6 +78,16 @@ def test_the_tracking_error_is_the_mean_over_episodes_of_mjlabs_value(evaluation
 
 
 def test_a_log_read_counts_the_next_episodes_afresh(evaluation):
-    """Nothing ended since the last read: no termination rates, no tracking error."""
-    _, _, again = evaluation
-    assert not any(k.startswith("Episode_Termination/") or k == TRACKING for k in again)
+    """A read right after a read is empty: nothing ended in between. After a read, each
+    world's next episode to end is counted as its first: the seventh step ends world 0's
+    third episode (a time-out), and the read after it is that one episode's rates and
+    tracking error beside mjlab's other means. This test passed on an empty read before;
+    mutation: ``EpisodeLog.pop`` not restarting the count -> the second read repeats the
+    first's rates and the seventh step's episode is not counted, fails."""
+    _, _, (empty, (dones, mjlabs), again) = evaluation
+    assert empty == {}
+    assert dones == [True, False, False, False]
+    rates = {k: v for k, v in again.items() if k.startswith("Episode_Termination/")}
+    assert rates == {"Episode_Termination/fell_over": 0.0, "Episode_Termination/time_out": 1.0}
+    assert again[TRACKING] == pytest.approx(mjlabs[TRACKING], rel=1e-6)
+    assert len(again) > len(rates) + 1  # mjlab's per-step means are there too

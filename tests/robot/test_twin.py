@@ -132,3 +132,24 @@ def test_a_tilted_twin_gives_the_safety_code_and_the_report(g1_model, g1_contrac
     assert re.fullmatch(r"tilt 1\.\d\d rad > 1", data["safety_stop"]), data["safety_stop"]
     assert [(t["from"], t["to"]) for t in data["transitions"]] == [("passive", "stopped")]
     assert "end          safety stop" in proc.stdout, proc.stdout
+
+
+def test_the_twins_run_gives_back_the_callers_signal_handlers(g1_model, tmp_path):
+    """The twin stops on SIGINT/SIGTERM while it runs; after ``run`` returns, the handlers are
+    the caller's again (they were left installed: a later Ctrl-C in the caller only set a dead
+    twin's flag; mutation: the restore removed)."""
+    import signal
+
+    from orin_rl.robot.twin import RobotTwin
+
+    def mine(*_):
+        raise AssertionError("not called")
+
+    before = {sig: signal.signal(sig, mine) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        twin = RobotTwin("unitree-g1", domain=36, interface="lo", model=g1_model)
+        twin.run(seconds=0.02, report=tmp_path / "twin.json")
+        assert signal.getsignal(signal.SIGINT) is mine and signal.getsignal(signal.SIGTERM) is mine
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)

@@ -5,6 +5,7 @@ policy, a silent robot); the twin's stand-up and a killed twin are in test_deplo
 
 from __future__ import annotations
 
+import gc
 import subprocess
 import sys
 import time
@@ -35,16 +36,20 @@ def _loop(plant, infer, ticks):
 def test_a_tilted_robot_is_never_stood_up(contract):
     """Tilted 1.2 rad: the start-up orientation check stops it in passive (damping only was
     ever sent) and says why, as a safety stop (mutation: no check before the stand-up: it
-    starts standing)."""
+    starts standing). ``start`` froze the heap out of the collector, ``close`` thaws it
+    (mutation: no ``gc.unfreeze``: the heap stays frozen for the caller's life)."""
     robot = StandIn(21, contract, tilt=1.2)
     robot.start()
     plant = UnitreePlant(contract, domain=21, interface="lo")
+    frozen_before = gc.get_freeze_count()
     try:
         plant.start(wait_s=5.0)
         assert plant.machine.safety_stop and "tilt 1.20 rad" in plant.machine.safety_stop
+        assert gc.get_freeze_count() > frozen_before
     finally:
         plant.close()
         robot.running = False
+    assert gc.get_freeze_count() == frozen_before
     assert robot.kp_seen and max(robot.kp_seen) == 0.0
     assert [(t["from"], t["to"]) for t in plant.machine.transitions] == [("passive", "stopped")]
 

@@ -168,23 +168,33 @@ def test_collectives_across_two_ranks_with_different_data(tmp_path):
 
 
 def _leaving_worker(rank: int, store: str, out: str) -> None:
-    """Rank 0 is slow to finish (an evaluation); both call shutdown as the trainer does."""
+    """Rank 0 is slow to finish (an evaluation): it arrives at shutdown only once rank 1 has
+    (a file says so), and half a second later; both call shutdown as the trainer does."""
     import time
+    from pathlib import Path
 
     import torch.distributed as dist
 
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
     distributed.gather_floats(float(rank), 2, torch.device("cpu"))  # the last collective
+    first = Path(f"{out}-rank1-arrived")
     if rank == 0:
-        time.sleep(1.0)
+        while not first.exists():
+            time.sleep(0.01)
+        time.sleep(0.5)  # time enough for rank 1 to leave, were it not held
     arrived = time.time()
+    if rank == 1:
+        first.touch()
     distributed.shutdown(wait_for_peers=True)
     torch.save({"arrived": arrived, "left": time.time()}, f"{out}-{rank}.pt")
 
 
 def test_ranks_leave_the_group_together(tmp_path):
     """After a normal end, a rank that finished first waits in shutdown for rank 0: no rank
-    tears the group down while a peer is still in it (the window of a rare libstdc++ abort)."""
+    tears the group down while a peer is still in it (the window of a rare libstdc++ abort).
+    Rank 1 arriving first is set up by a file, not by a 0.5 s margin between the two
+    processes' clocks (which a loaded box could break). Mutation: no barrier in shutdown ->
+    rank 1 leaves before rank 0 arrives, fails."""
     import torch.multiprocessing as mp
 
     out = str(tmp_path / "left")
@@ -192,5 +202,5 @@ def test_ranks_leave_the_group_together(tmp_path):
         _leaving_worker, args=(str(tmp_path / "store"), out), nprocs=2, start_method="spawn"
     )
     r0, r1 = (torch.load(f"{out}-{r}.pt", weights_only=True) for r in (0, 1))
-    assert r1["arrived"] < r0["arrived"] - 0.5  # rank 1 was done first ...
+    assert r1["arrived"] < r0["arrived"]  # rank 1 was done first (the file orders them) ...
     assert r1["left"] >= r0["arrived"]  # ... and left only once rank 0 was there too

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import signal
+import time
 import types
 
 import pytest
@@ -46,6 +47,24 @@ def _stopped_watch(n: int) -> EvalWatch:
 def _policy() -> ActorCritic:
     torch.manual_seed(2)  # an untrained CartPole policy whose episodes last 87 to 201 steps
     return ActorCritic(PolicySpec([4], "discrete", 2))
+
+
+SLOW_S = 2.0
+"""What each timed evaluation seems to take beyond its real time (``slow_evaluations``)."""
+
+
+@pytest.fixture
+def slow_evaluations(monkeypatch):
+    """The verdict's clock runs ``SLOW_S`` ahead at each reading: every evaluation it times
+    takes ``SLOW_S`` more than it did, whatever the box's speed (a real one took 3 ms or 300
+    ms), so where the summary lost it, it shows. The training's clock is untouched."""
+    from orin_rl.runners import verdict
+
+    readings = iter(range(1, 1_000_000))
+    clock = types.SimpleNamespace(
+        perf_counter=lambda: time.perf_counter() + SLOW_S * next(readings)
+    )
+    monkeypatch.setattr(verdict, "time", clock)
 
 
 class TestAStoppedEvaluationKeepsTheFinishedEpisodes:
@@ -89,7 +108,7 @@ def inherited_sigint():
 
 @pytest.mark.parametrize("disposition", ["KeyboardInterrupt", "ignored"])
 def test_ctrl_c_in_the_final_evaluation_keeps_its_finished_episodes(
-    tmp_path, monkeypatch, capsys, caplog, inherited_sigint, disposition
+    tmp_path, monkeypatch, capsys, caplog, inherited_sigint, disposition, slow_evaluations
 ):
     """A real SIGINT once the first batch of 32 evaluation episodes has finished: exit 130,
     the 32 episodes in summary.json, one line saying so, the evaluation's time counted.
@@ -97,7 +116,8 @@ def test_ctrl_c_in_the_final_evaluation_keeps_its_finished_episodes(
     ``ignored``: the process inherited SIGINT ignored, as a job a script starts with ``&`` does
     (Python installs no KeyboardInterrupt then). Training's own handler answered Ctrl-C there,
     but the final evaluation ran after it had put SIG_IGN back: the issue's silent ~100 s and
-    exit 0. With Python's KeyboardInterrupt the run died without a summary."""
+    exit 0. With Python's KeyboardInterrupt the run died without a summary. Its time is
+    checked on the verdict's clock, made ``SLOW_S`` slower (``slow_evaluations``)."""
     signal.signal(
         signal.SIGINT, signal.SIG_IGN if disposition == "ignored" else signal.default_int_handler
     )
@@ -131,7 +151,7 @@ def test_ctrl_c_in_the_final_evaluation_keeps_its_finished_episodes(
     # evaluation's time missing from the wall time would be final_eval_time_s apart
     expected = trained_s + summary["final_eval_time_s"]
     assert summary["wall_time_s"] == pytest.approx(expected, abs=1.5e-3)
-    assert summary["final_eval_time_s"] > 3e-3  # so that it could not hide in that 1.5 ms
+    assert summary["final_eval_time_s"] >= SLOW_S  # it could not hide in that 1.5 ms
     out = capsys.readouterr().out.splitlines()
     assert out[-1].startswith("final evaluation stopped by SIGINT after 32 finished episodes")
     assert not any("--resume" in line for line in out)  # training was complete
@@ -140,8 +160,11 @@ def test_ctrl_c_in_the_final_evaluation_keeps_its_finished_episodes(
                     "are kept)"]  # fmt: skip
 
 
-def test_a_whole_final_evaluation_is_timed_into_the_summary(tmp_path):
-    """The issue's summary said eval_time_s 0.0 and a wall time without the evaluation."""
+def test_a_whole_final_evaluation_is_timed_into_the_summary(tmp_path, slow_evaluations):
+    """The issue's summary said eval_time_s 0.0 and a wall time without the evaluation. The
+    evaluation is made ``SLOW_S`` slower on the verdict's clock (it was a real-clock bound,
+    3 ms, that a fast box could fail); mutation: the final evaluation's time left out of
+    the wall time (runners/base.py) -> wall_time_s is SLOW_S short, fails."""
     run = tmp_path / "run"
     assert cli.main([*TRAIN[:-1], "train.eval_episodes=5", "--out", str(run)]) == 0
     summary = json.loads((run / "summary.json").read_text())
@@ -152,7 +175,7 @@ def test_a_whole_final_evaluation_is_timed_into_the_summary(tmp_path):
     # evaluation's time missing from the wall time would be final_eval_time_s apart
     expected = trained_s + summary["final_eval_time_s"]
     assert summary["wall_time_s"] == pytest.approx(expected, abs=1.5e-3)
-    assert summary["final_eval_time_s"] > 3e-3  # so that it could not hide in that 1.5 ms
+    assert summary["final_eval_time_s"] >= SLOW_S  # it could not hide in that 1.5 ms
 
 
 class TestProgress:

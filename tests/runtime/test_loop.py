@@ -79,11 +79,48 @@ def test_rejects_bad_config():
         ControlLoop(lambda: 0, lambda o: 0, lambda a: None, LoopConfig(safe_action_on_overrun=True))
 
 
+def test_200_hz_under_load_keeps_the_period_and_is_never_early():
+    """On a fake clock whose sleeps overshoot as a loaded box's do: 400 iterations at 200 Hz
+    never start before their slot, the median gap is the period, and a tick that ran 8 ms
+    re-anchors the schedule, the ticks after it one period apart (no burst to catch up).
+    This was a real-clock median bound that failed CI under load; the jitter a real box adds
+    is measured by tools/bench_infer.py (its ``period jitter``). Mutations: no re-anchoring
+    (the ticks after the long one burst); no wait before a tick (they start early)."""
+    clock = FakeClock()
+    period = 5_000_000
+    overshoot = iter([1_000_000 if i % 10 == 0 else 50_000 for i in range(1000)])
+    starts: list[int] = []
+
+    def loaded_sleep(seconds: float) -> None:
+        clock.sleep(seconds)
+        clock.spend(next(overshoot))  # the box wakes the loop late
+
+    def infer(obs):
+        if len(starts) == 201:  # tick 200
+            clock.spend(8_000_000)  # one slow tick: the next is due 3 ms ago
+        return obs
+
+    cfg = LoopConfig(rate_hz=200, iterations=400, spin_us=20)  # a fake spin costs 1 ns a read
+    loop = ControlLoop(lambda: starts.append(clock.now), infer, lambda a: None, cfg, None,
+                       clock, loaded_sleep)  # fmt: skip
+    first = clock.now + 1  # the loop's first read of the clock is the schedule's start
+    result = loop.run()
+    assert len(starts) == 400 and result.iterations == 400 and result.overruns == 1
+    slots = first + period * np.arange(400)
+    assert np.all(np.array(starts) >= slots), "a tick started before its slot"
+    gaps = np.diff(starts)
+    assert abs(np.median(gaps) - period) < 1_000
+    # tick 200 ran 8 ms: tick 201 starts at once (an overrun), then one period apart
+    assert gaps[200] > period + 3_000_000
+    after = gaps[201:]
+    assert np.all(after > period - 1_000_000) and abs(np.median(after) - period) < 1_000
+
+
 def test_real_time_200_hz():
-    """A real monotonic clock: 400 iterations at 200 Hz never run ahead of the schedule and
-    keep the period. What a loaded 2-core box may add (late ticks, deadline misses) is the
-    loop's to report, not a failure: the benchmarks measure it, so nothing here bounds it
-    (a jitter bound here failed CI runs under load)."""
+    """A real monotonic clock (time.sleep and the spin): 400 iterations at 200 Hz never run
+    ahead of the schedule. What a loaded 2-core box adds (late ticks, jitter) is not bounded
+    here: the test above checks the schedule's behaviour under load on a fake clock, and
+    tools/bench_infer.py measures a real box's jitter."""
     stamps: list[int] = []
     cfg = LoopConfig(rate_hz=200, iterations=400)
     start = time.monotonic_ns()
@@ -93,10 +130,6 @@ def test_real_time_200_hz():
     assert len(stamps) == 400 and result.iterations == 400
     # never early: the 400th tick starts 399 periods after the first at the soonest
     assert stamps[-1] - start >= 399 * 5_000_000 - 1_000_000
-    # the period holds: the median gap between ticks is the period (a late tick re-anchors
-    # the schedule; it does not make the following ones early)
-    gaps = np.diff(stamps)
-    assert 4_900_000 <= np.median(gaps) <= 6_000_000
 
 
 @pytest.mark.parametrize("torch_installed", [False, True])
