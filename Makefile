@@ -17,7 +17,11 @@ install: $(STAMP)
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check $(PIP_ARGS) -e '.[export,dev,sim,mjlab,robot,video]'
+	$(PY) -m pip install --quiet --disable-pip-version-check $(PIP_ARGS) -e '.[export,dev,sim,mjlab,robot]'
+	# The video extra on its own (eval --video's tests): resolved together with mjlab's fabric,
+	# pip backtracks to moviepy 1.0 (decorator<5 against fabric's >=5) and gives up; on its own
+	# it takes moviepy 2 and pillow below 12 over what is installed.
+	$(PY) -m pip install --quiet --disable-pip-version-check $(PIP_ARGS) 'moviepy>=2' 'gymnasium[classic-control]>=1.1'
 	# Stable-Baselines3, the reference of the SB3-compatibility tests (predict's signature,
 	# evaluate_policy on a VecEnv); its needs are already installed. ~1 s, 2 MB installed.
 	$(PY) -m pip install --quiet --disable-pip-version-check $(PIP_ARGS) 'stable-baselines3==2.9.2'
