@@ -29,7 +29,7 @@ fi
 if [ "$1" = suite ]; then
   [ -f "$OUT/mjlab_h200.json" ] || [ "${FRESH:-0}" = 1 ] || cp docs/benchmarks/mjlab_h200.json "$OUT/"
   python3 tools/bench_mjlab.py --tasks "$2" --seeds "${3:-1,2}" --iterations "${4:-150}" \
-    --peer-pythonpath /tmp/mjl:/tmp/wp --work "/tmp/work/suite-$(echo "$2" | tr A-Z a-z)" \
+    --peer-pythonpath /tmp/mjl:/tmp/wp --work "/tmp/work/suite-$(echo "$2" | tr '[:upper:]' '[:lower:]')" \
     --out "$OUT/mjlab_h200" --append 2>&1 | tail -20
   exit 0
 fi
