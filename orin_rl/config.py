@@ -122,6 +122,9 @@ class PPOConfig:
     lockstep test holds it); ``after_update``, once an iteration after the update, from the
     rollout's stored observations (rsl_rl 5.5, its PR 225: the statistics stay fixed over the
     rollout and the update, so the first ratio is exactly 1)."""
+    behaviour_weight_clip: float | None = 2.0
+    """The decoupled clip's (``train.overlap_correction``) weight pi_prox / pi_behaviour is
+    truncated at this, as V-trace truncates its importance weights (None: not truncated)."""
     timeout_bootstrap: Literal["final_obs", "value"] = "final_obs"
     """What a time-limited episode bootstraps from: ``final_obs``, V(the state it reached);
     ``value``, V(the observation the step started from), as rsl_rl (mjlab's runner) does: no
