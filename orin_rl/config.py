@@ -256,6 +256,13 @@ class TrainConfig:
     overlap: bool = False
     """PPO on CPU physics: the envs collect the next rollout (with the policy one update
     behind) while the learner trains on the last one (orin_rl/runners/overlap.py)."""
+    overlap_correction: Literal["decoupled", "off"] = "decoupled"
+    """With ``overlap``, how the update treats data from the policy one update behind:
+    ``decoupled``, Hilton et al. 2021's decoupled clip (the ratio clipped against the learner's
+    weights at the update's start, the surrogate weighted by their probability over the
+    behaviour policy's, truncated at ``ppo.behaviour_weight_clip``); ``off``, PPO's ratio
+    against the behaviour policy's stored log-probabilities (docs/benchmarks/
+    overlap_hopper_seeds_cpu_2core.md)."""
     torch_threads: int = 1
     """CPU threads for torch (small policies run fastest on one; 0 keeps torch's default)."""
     log_every: int = 1
