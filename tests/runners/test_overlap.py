@@ -1,7 +1,9 @@
 """``train.overlap``: rollout k+1 collected while update k+1 trains on rollout k (CPU physics).
 
-The lag is one rollout, the ratio uses the behaviour policy's stored log-probabilities, the
-learner reads the storage the collector wrote, and CartPole still solves."""
+The lag is one rollout, the ratio is taken against the learner's weights at the update's start
+(the decoupled clip; with ``train.overlap_correction=off`` the behaviour policy's stored
+log-probabilities), the learner reads the storage the collector wrote, and CartPole still
+solves."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """Rollouts collected by the rollout workers themselves (``env.vectorization=workers``): what
 they write is the envs' true transitions under the published policy, written into the very
-storage the update reads, and ``--overlap`` over them lags by one rollout."""
+storage the update reads, and ``--overlap`` over them lags by one rollout (its ratio clipped
+against the learner's weights, the decoupled clip, unless ``train.overlap_correction=off``)."""
 
 from __future__ import annotations
 
