@@ -125,6 +125,12 @@ class PPOConfig:
     behaviour_weight_clip: float | None = 2.0
     """The decoupled clip's (``train.overlap_correction``) weight pi_prox / pi_behaviour is
     truncated at this, as V-trace truncates its importance weights (None: not truncated)."""
+    proximal_values: bool = False
+    """With the decoupled clip (``train.overlap_correction``), GAE and the value targets are
+    recomputed from the learner's critic at the update's start (the behaviour's stays for the
+    last step's bootstrap and the time-outs'), not taken from the critic that collected. Off:
+    overlapped Hopper with it ended at 673 and 834 (seeds 1, 2; 3,300 and 3,084 without) and
+    reached 1,500 in neither (docs/benchmarks/overlap_hopper_seeds_cpu_2core.md)."""
     timeout_bootstrap: Literal["final_obs", "value"] = "final_obs"
     """What a time-limited episode bootstraps from: ``final_obs``, V(the state it reached);
     ``value``, V(the observation the step started from), as rsl_rl (mjlab's runner) does: no

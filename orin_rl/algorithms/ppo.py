@@ -294,6 +294,10 @@ class PPO:
         """
         buffer = self.buffer
         obs, actions = buffer.obs.flatten(0, 1), buffer.actions.flatten(0, 1)
+        if self.cfg.proximal_values:  # next_values[-1]: V(last obs) or a bootstrap (unused)
+            with self.autocast:
+                buffer.values.copy_(self.policy.value(obs).view_as(buffer.values))
+            self.compute_returns(last_values=buffer.next_values[-1].clone())
         with self.autocast:
             if self.exact_kl:
                 dist = self.policy.distribution(obs)

@@ -289,10 +289,10 @@ class TestDecoupledClip:
         yield
         torch.set_default_dtype(before)
 
-    def _algo(self, rng, weight_clip, rsl_rl=False):
+    def _algo(self, rng, weight_clip, rsl_rl=False, **cfg):
         torch.manual_seed(int(rng.integers(2**31)))
         cfg = PPOConfig(num_steps=self.T, num_minibatches=1, clip_coef=self.CLIP, ent_coef=0.0,
-                        vf_coef=0.0, behaviour_weight_clip=weight_clip, rsl_rl=rsl_rl)  # fmt: skip
+                        vf_coef=0.0, behaviour_weight_clip=weight_clip, rsl_rl=rsl_rl, **cfg)  # fmt: skip
         spec = PolicySpec([self.OBS], "continuous", self.ACT, hidden_sizes=[16], rsl_rl=rsl_rl)
         buffer = RolloutBuffer(self.T, self.N, (self.OBS,), (self.ACT,), torch.float64, "cpu",
                                "host", 1, keep_action_means=rsl_rl, float_dtype=torch.float64)  # fmt: skip
@@ -380,3 +380,42 @@ class TestDecoupledClip:
         out = algo.minibatch_losses(mb.obs, mb.actions, mb.logprobs, mb.advantages, mb.values,
                                     mb.returns, mb.action_means, algo._behaviour_std)  # fmt: skip
         assert out[4].item() == pytest.approx(0.0, abs=1e-12)
+
+    def test_proximal_values_recompute_gae_with_the_learners_critic(self, rng):
+        """``ppo.proximal_values``: advantages and returns are GAE's with the learner's values,
+        written out here (the behaviour's V(last obs) and time-out bootstraps kept), then
+        normalised and weighted. Mutations, each failed this test: the values not recomputed;
+        the last step bootstrapped from the new V(s_T-1) instead of the stored V(last obs)."""
+        gamma, lam = 0.9, 0.8
+        algo = self._algo(rng, 1.5, proximal_values=True, gamma=gamma, gae_lambda=lam)
+        buffer = algo.buffer
+        T, N = self.T, self.N
+        buffer.rewards.copy_(torch.from_numpy(rng.normal(size=(T, N))))
+        ended = torch.from_numpy(rng.random((T, N)) < 0.2)
+        terminated = ended & torch.from_numpy(rng.random((T, N)) < 0.5)
+        buffer.episode_end.copy_(ended)
+        buffer.terminated.copy_(terminated)
+        buffer.bootstrap_values.copy_(torch.from_numpy(rng.normal(size=(T, N))) * ~terminated)
+        buffer.values.copy_(torch.from_numpy(rng.normal(size=(T, N))))  # the behaviour critic's
+        last = torch.from_numpy(rng.normal(size=N))
+        algo.compute_returns(last_values=last)
+        behaviour = buffer.logprobs.clone()
+        prox = self._prox(algo)
+        with torch.no_grad():
+            values = algo.policy.value(buffer.obs.flatten(0, 1)).view(T, N)
+
+        advantages = torch.zeros(T, N)  # GAE, written out
+        following = torch.zeros(N)
+        for t in reversed(range(T)):
+            next_v = values[t + 1] if t + 1 < T else last
+            next_v = torch.where(ended[t], buffer.bootstrap_values[t], next_v)
+            delta = buffer.rewards[t] + gamma * next_v * ~terminated[t] - values[t]
+            following = delta + gamma * lam * ~ended[t] * following
+            advantages[t] = following
+        normalised = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+        weights = torch.clamp(torch.exp(prox - behaviour), max=1.5)
+
+        algo.use_proximal_policy()
+        torch.testing.assert_close(buffer.values, values, rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(buffer.returns, advantages + values, rtol=1e-10, atol=1e-10)
+        torch.testing.assert_close(buffer.advantages, weights * normalised, rtol=1e-6, atol=1e-8)
