@@ -13,7 +13,8 @@ surrogate weighted by pi_prox / pi_behaviour (``train.overlap_correction=decoupl
 et al. 2021: ``PPO.use_proximal_policy``); clipped against the behaviour policy's stored
 log-probabilities instead (``off``), a sample that the last update already moved past the
 clip gives no gradient, and Hopper learnt less per step (0 of 3 seeds at 1,500 in 300k steps
-against 3 of 3 synchronous, docs/benchmarks/overlap_hopper_seeds_cpu_2core.md's baseline).
+against 3 of 3 synchronous; decoupled, 2 of 3, and 3 of 6 against 4 of 6 over seeds 1-6:
+docs/benchmarks/overlap_hopper_seeds*_cpu_2core.md).
 
 No copies between the two sides: the collector writes each step into the buffer the next
 update reads (``RolloutBuffer.add``; where the env writes straight into storage,
