@@ -122,6 +122,15 @@ class PPOConfig:
     lockstep test holds it); ``after_update``, once an iteration after the update, from the
     rollout's stored observations (rsl_rl 5.5, its PR 225: the statistics stay fixed over the
     rollout and the update, so the first ratio is exactly 1)."""
+    behaviour_weight_clip: float | None = 2.0
+    """The decoupled clip's (``train.overlap_correction``) weight pi_prox / pi_behaviour is
+    truncated at this, as V-trace truncates its importance weights (None: not truncated)."""
+    proximal_values: bool = False
+    """With the decoupled clip (``train.overlap_correction``), GAE and the value targets are
+    recomputed from the learner's critic at the update's start (the behaviour's stays for the
+    last step's bootstrap and the time-outs'), not taken from the critic that collected. Off:
+    overlapped Hopper with it ended at 673 and 834 (seeds 1, 2; 3,300 and 3,084 without) and
+    reached 1,500 in neither (docs/benchmarks/overlap_hopper_seeds_cpu_2core.md)."""
     timeout_bootstrap: Literal["final_obs", "value"] = "final_obs"
     """What a time-limited episode bootstraps from: ``final_obs``, V(the state it reached);
     ``value``, V(the observation the step started from), as rsl_rl (mjlab's runner) does: no
@@ -253,6 +262,13 @@ class TrainConfig:
     overlap: bool = False
     """PPO on CPU physics: the envs collect the next rollout (with the policy one update
     behind) while the learner trains on the last one (orin_rl/runners/overlap.py)."""
+    overlap_correction: Literal["decoupled", "off"] = "decoupled"
+    """With ``overlap``, how the update treats data from the policy one update behind:
+    ``decoupled``, Hilton et al. 2021's decoupled clip (the ratio clipped against the learner's
+    weights at the update's start, the surrogate weighted by their probability over the
+    behaviour policy's, truncated at ``ppo.behaviour_weight_clip``); ``off``, PPO's ratio
+    against the behaviour policy's stored log-probabilities (docs/benchmarks/
+    overlap_hopper_seeds_cpu_2core.md)."""
     torch_threads: int = 1
     """CPU threads for torch (small policies run fastest on one; 0 keeps torch's default)."""
     log_every: int = 1

@@ -67,6 +67,7 @@ def train(task: str, args, overlap: bool, work: Path, seed: int, eager_update: b
            "--out", str(out), "--overwrite", "--set", "train.stop_at_threshold=false",
            "--set", f"train.eval_every={args.eval_every}",
            *(["--overlap"] if overlap else []),
+           *(x for kv in (args.overlap_set if overlap else []) for x in ("--set", kv)),
            *(["--set", "ppo.graph_update=off"] if eager_update else [])]  # fmt: skip
     started = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True)
@@ -112,6 +113,13 @@ def main() -> None:
         "--overlap-vectorization",
         default="workers",
         help="the --overlap run's (workers: rollout workers that act themselves)",
+    )
+    p.add_argument(
+        "--overlap-set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a --set for the overlapped runs only (repeatable)",
     )
     p.add_argument("--total-steps", type=int, default=1_000_000)
     p.add_argument("--eval-every", type=int, default=10)

@@ -32,6 +32,15 @@ def clipped_surrogate_loss(
     return torch.max(unclipped, clipped).mean()
 
 
+def behaviour_weights(
+    prox_logprobs: torch.Tensor, behaviour_logprobs: torch.Tensor, clip: float | None
+) -> torch.Tensor:
+    """The decoupled clip's importance weight min(pi_prox / pi_behaviour, clip) (no clip where
+    ``clip`` is None), truncated as V-trace truncates its weights."""
+    weights = torch.exp(prox_logprobs - behaviour_logprobs)
+    return weights if clip is None else weights.clamp(max=clip)
+
+
 def value_loss(
     values: torch.Tensor,
     old_values: torch.Tensor,
@@ -61,6 +70,9 @@ def cfg_step(cfg: PPOConfig) -> bool:
 
 
 LOSS_NAMES = ("policy", "value", "entropy", "approx_kl", "clip_fraction")
+BEHAVIOUR_NAMES = ("behaviour_kl", "behaviour_weight_clipped")
+"""The decoupled clip's statistics of an update: KL(behaviour || proximal), and the fraction
+of weights truncated."""
 
 
 def compile_in_process() -> None:
@@ -145,6 +157,10 @@ class PPO:
         """rsl_rl's KL for the adaptive schedule: the exact KL between the stored behaviour
         Gaussian and the current one (the rollout keeps each step's mean), not the estimate."""
         self._behaviour_std: torch.Tensor | None = None
+        self.decoupled = False
+        """Hilton et al. 2021's decoupled clip (``train.overlap_correction``, set by the
+        overlapped runners): ``use_proximal_policy`` before every update."""
+        self._behaviour_stats = torch.zeros(len(BEHAVIOUR_NAMES), device=device)
         self.reward_normalizer = (
             RewardNormalizer(
                 buffer.num_envs,
@@ -258,8 +274,46 @@ class PPO:
     def update(self) -> dict[str, float]:
         """Epochs of minibatch gradient steps on the rollout; returns mean losses."""
         lr = self.set_learning_rate()
+        if self.decoupled:
+            self.use_proximal_policy()
         num_updates, epochs_done = (self.graphed_update or self.update_steps)()
         return self.finish_update(num_updates, epochs_done, lr)
+
+    @torch.no_grad()
+    def use_proximal_policy(self) -> None:
+        """The decoupled clip (Hilton et al. 2021, "Batch size-invariance for policy
+        optimization"), folded into the rollout before the update.
+
+        The proximal policy is this learner's at the update's start, the behaviour policy the
+        one that collected the rollout (one update older, overlapped). The loss is
+        mean(w * max(-A * r, -A * clip(r, 1 - eps, 1 + eps))), r = pi / pi_prox,
+        w = min(pi_prox / pi_behaviour, c). As w > 0 it equals PPO's loss with w * A for A and
+        log pi_prox for the stored log-probabilities: both are rewritten here, in place (the
+        rollout is cleared after the update), so every update path (eager, compiled, CUDA
+        graph) computes it unchanged. rsl_rl's exact KL takes the proximal means too.
+        """
+        buffer = self.buffer
+        obs, actions = buffer.obs.flatten(0, 1), buffer.actions.flatten(0, 1)
+        if self.cfg.proximal_values:  # next_values[-1]: V(last obs) or a bootstrap (unused)
+            with self.autocast:
+                buffer.values.copy_(self.policy.value(obs).view_as(buffer.values))
+            self.compute_returns(last_values=buffer.next_values[-1].clone())
+        with self.autocast:
+            if self.exact_kl:
+                dist = self.policy.distribution(obs)
+                prox = dist.log_prob(actions)
+                buffer.action_means.copy_(dist.mean.view_as(buffer.action_means))
+            else:
+                prox = self.policy.evaluate(obs, actions)[0]
+        behaviour = buffer.logprobs  # (num_steps, num_envs)
+        prox = prox.view_as(behaviour).to(behaviour.dtype)
+        clip = self.cfg.behaviour_weight_clip
+        truncated = (prox - behaviour).exp() > clip if clip is not None else torch.zeros(1)
+        self._behaviour_stats.copy_(torch.stack([  # KL(behaviour || proximal): its samples
+            approx_kl(prox, behaviour).float(), truncated.float().mean().to(prox.device)
+        ]))  # fmt: skip
+        buffer.advantages.mul_(behaviour_weights(prox, behaviour, clip))
+        behaviour.copy_(prox)
 
     def set_learning_rate(self) -> float:
         """Apply this iteration's learning rate (in place when it is a device tensor)."""
@@ -307,6 +361,9 @@ class PPO:
         means = (self._loss_sums / num_updates).tolist()
         stats = {f"losses/{name}": value for name, value in zip(LOSS_NAMES, means, strict=True)}
         stats["losses/epochs"] = float(epochs_done)
+        if self.decoupled:
+            behaviour = self._behaviour_stats.tolist()
+            stats |= {f"losses/{n}": v for n, v in zip(BEHAVIOUR_NAMES, behaviour, strict=True)}
         stats["charts/learning_rate"] = (
             self.learning_rate() if self.cfg.desired_kl is not None else lr
         )

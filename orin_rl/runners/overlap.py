@@ -7,9 +7,14 @@ the *behaviour policy* (a copy of the learner's weights as of the last update, i
 observation normaliser) into one of two rollout buffers, while the learner trains on the
 other; at the iteration's end they swap. The policy lag is one rollout: rollout k+1 is
 collected with the weights of update k, while update k+1 trains on rollout k, collected with
-those of update k-1. PPO's ratio is taken against the log-probabilities the behaviour policy
-stored with each step, and GAE uses the values it stored, so the loss is PPO's loss of the
-data as collected (an off-by-one-update behaviour policy is what the clip already bounds).
+those of update k-1. GAE uses the values the behaviour policy stored. The update's ratio is
+clipped against the learner's own weights at the update's start, the proximal policy, and the
+surrogate weighted by pi_prox / pi_behaviour (``train.overlap_correction=decoupled``, Hilton
+et al. 2021: ``PPO.use_proximal_policy``); clipped against the behaviour policy's stored
+log-probabilities instead (``off``), a sample that the last update already moved past the
+clip gives no gradient, and Hopper learnt less per step (0 of 3 seeds at 1,500 in 300k steps
+against 3 of 3 synchronous; decoupled, 2 of 3, and 3 of 6 against 4 of 6 over seeds 1-6:
+docs/benchmarks/overlap_hopper_seeds*_cpu_2core.md).
 
 No copies between the two sides: the collector writes each step into the buffer the next
 update reads (``RolloutBuffer.add``; where the env writes straight into storage,
@@ -59,6 +64,7 @@ class OverlappedRollouts:
         self.runner = runner
         self.learner: PPO = runner.algo
         cfg = runner.cfg
+        self.learner.decoupled = cfg.train.overlap_correction == "decoupled"
         # The behaviour policy: the learner's weights, its own copy (the learner changes its
         # weights while the collector acts), with the observation statistics it updates.
         self.behaviour = copy.deepcopy(self.learner.policy)
@@ -176,6 +182,7 @@ class OverlappedWorkers:
     def __init__(self, runner: Any):
         self.runner = runner
         self.learner: PPO = runner.algo
+        self.learner.decoupled = runner.cfg.train.overlap_correction == "decoupled"
         self.rollouts = runner.worker_rollouts
         self.primed = False
         self.index = 0  # the buffer the workers fill next

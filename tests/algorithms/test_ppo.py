@@ -265,3 +265,157 @@ class TestRslRlMode:
             else:
                 assert abs(float(torch.linalg.vector_norm(torch.stack(norms))) - 1.0) < 1e-5
                 assert float(norms[0]) < 0.2
+
+
+class TestDecoupledClip:
+    """``PPO.use_proximal_policy`` (``train.overlap_correction=decoupled``) against a float64
+    reference of Hilton et al. 2021's decoupled loss, on fresh random inputs:
+    mean(w * max(-A r, -A clip(r, 1 - eps, 1 + eps))), r = pi / pi_prox,
+    w = min(pi_prox / pi_behaviour, c), pi_prox the learner's policy before the update's steps.
+
+    Mutations, each of which failed this class (put back one at a time): the advantages not
+    weighted (``buffer.advantages.mul_`` dropped); the weight not truncated
+    (``behaviour_weights`` returning the bare ratio); the stored log-probabilities not
+    replaced by the proximal ones (``behaviour.copy_(prox)`` dropped); the weight inverted
+    (``behaviour - prox``); the rsl_rl exact KL's means left the behaviour's.
+    """
+
+    T, N, OBS, ACT, CLIP = 8, 6, 5, 3, 0.2
+
+    @pytest.fixture(autouse=True)
+    def float64(self):
+        before = torch.get_default_dtype()
+        torch.set_default_dtype(torch.float64)
+        yield
+        torch.set_default_dtype(before)
+
+    def _algo(self, rng, weight_clip, rsl_rl=False, **cfg):
+        torch.manual_seed(int(rng.integers(2**31)))
+        cfg = PPOConfig(num_steps=self.T, num_minibatches=1, clip_coef=self.CLIP, ent_coef=0.0,
+                        vf_coef=0.0, behaviour_weight_clip=weight_clip, rsl_rl=rsl_rl, **cfg)  # fmt: skip
+        spec = PolicySpec([self.OBS], "continuous", self.ACT, hidden_sizes=[16], rsl_rl=rsl_rl)
+        buffer = RolloutBuffer(self.T, self.N, (self.OBS,), (self.ACT,), torch.float64, "cpu",
+                               "host", 1, keep_action_means=rsl_rl, float_dtype=torch.float64)  # fmt: skip
+        algo = PPO(ActorCritic(spec), buffer, cfg, 10, torch.device("cpu"))
+        algo.decoupled = True
+
+        def normal(*shape, scale=1.0):
+            return torch.from_numpy(rng.normal(scale=scale, size=shape))
+
+        buffer.obs.copy_(normal(self.T, self.N, self.OBS))
+        buffer.actions.copy_(normal(self.T, self.N, self.ACT))
+        buffer.logprobs.copy_(self._prox(algo) + normal(self.T, self.N, scale=0.7))
+        buffer.advantages.copy_(normal(self.T, self.N))
+        buffer.step = self.T
+        return algo  # the behaviour policy: the learner's, a noisy update behind
+
+    def _prox(self, algo) -> torch.Tensor:
+        """(T, N) log pi_prox of the stored actions: the learner's policy now."""
+        buffer = algo.buffer
+        with torch.no_grad():
+            obs, actions = buffer.obs.flatten(0, 1), buffer.actions.flatten(0, 1)
+            return algo.policy.evaluate(obs, actions)[0].view(self.T, self.N)
+
+    @pytest.mark.parametrize("weight_clip", [1.5, None], ids=["truncated", "untruncated"])
+    def test_the_update_path_equals_the_float64_reference(self, rng, weight_clip):
+        """The loss and its gradient, after the policy moved away from the proximal one."""
+        algo = self._algo(rng, weight_clip)
+        buffer, policy = algo.buffer, algo.policy
+        obs, actions = buffer.obs.reshape(-1, self.OBS), buffer.actions.reshape(-1, self.ACT)
+        behaviour = buffer.logprobs.flatten().clone()
+        advantages = buffer.advantages.flatten().clone()
+        prox = self._prox(algo).flatten()
+        algo.use_proximal_policy()
+        with torch.no_grad():  # as gradient steps would: pi moves off pi_prox
+            for p in policy.parameters():
+                p.add_(torch.from_numpy(rng.normal(scale=0.05, size=tuple(p.shape))))
+
+        # the reference, written out
+        logprobs = policy.evaluate(obs, actions)[0]
+        ratio = torch.exp(logprobs - prox)
+        weights = torch.exp(prox - behaviour)
+        if weight_clip is not None:
+            assert (weights > weight_clip).any() and (weights < weight_clip).any()
+            weights = torch.minimum(weights, torch.tensor(weight_clip))
+        clipped = torch.clamp(ratio, 1 - self.CLIP, 1 + self.CLIP)
+        assert (clipped != ratio).any() and (clipped == ratio).any()
+        reference = (weights * torch.max(-advantages * ratio, -advantages * clipped)).mean()
+        want = torch.autograd.grad(reference, list(policy.parameters()), allow_unused=True)
+
+        mb = next(iter(buffer.minibatches(1)))
+        loss, pg_loss, *_ = algo.minibatch_losses(
+            mb.obs, mb.actions, mb.logprobs, mb.advantages, mb.values, mb.returns
+        )
+        got = torch.autograd.grad(loss, list(policy.parameters()), allow_unused=True)
+        torch.testing.assert_close(pg_loss, reference.detach(), rtol=1e-12, atol=1e-12)
+        for g, w in zip(got, want, strict=True):
+            if w is None:
+                assert g is None or not g.any()
+            else:
+                torch.testing.assert_close(g, w, rtol=1e-10, atol=1e-12)
+
+    def test_it_logs_the_behaviour_kl_and_the_truncated_fraction(self, rng):
+        algo = self._algo(rng, 1.5)
+        behaviour = algo.buffer.logprobs.clone()
+        prox = self._prox(algo)
+        algo.use_proximal_policy()
+        stats = algo.finish_update(1, 1, 0.0)
+        log_ratio = prox - behaviour
+        assert stats["losses/behaviour_kl"] == pytest.approx(
+            (log_ratio.exp() - 1 - log_ratio).mean().item(), rel=1e-6
+        )
+        assert stats["losses/behaviour_weight_clipped"] == pytest.approx(
+            (log_ratio.exp() > 1.5).double().mean().item(), rel=1e-6
+        )
+
+    def test_rsl_rls_exact_kl_is_taken_against_the_proximal_gaussian(self, rng):
+        """With rsl_rl's exact KL, the proximal policy's means replace the stored ones: before
+        any step the KL of the first minibatch is 0 (it was the behaviour's otherwise)."""
+        algo = self._algo(rng, 2.0, rsl_rl=True)
+        means = rng.normal(size=(self.T, self.N, self.ACT))
+        algo.buffer.action_means.copy_(torch.from_numpy(means))
+        algo.use_proximal_policy()
+        algo._behaviour_std = algo.policy.std.detach()
+        mb = next(iter(algo.buffer.minibatches(1)))
+        out = algo.minibatch_losses(mb.obs, mb.actions, mb.logprobs, mb.advantages, mb.values,
+                                    mb.returns, mb.action_means, algo._behaviour_std)  # fmt: skip
+        assert out[4].item() == pytest.approx(0.0, abs=1e-12)
+
+    def test_proximal_values_recompute_gae_with_the_learners_critic(self, rng):
+        """``ppo.proximal_values``: advantages and returns are GAE's with the learner's values,
+        written out here (the behaviour's V(last obs) and time-out bootstraps kept), then
+        normalised and weighted. Mutations, each failed this test: the values not recomputed;
+        the last step bootstrapped from the new V(s_T-1) instead of the stored V(last obs)."""
+        gamma, lam = 0.9, 0.8
+        algo = self._algo(rng, 1.5, proximal_values=True, gamma=gamma, gae_lambda=lam)
+        buffer = algo.buffer
+        T, N = self.T, self.N
+        buffer.rewards.copy_(torch.from_numpy(rng.normal(size=(T, N))))
+        ended = torch.from_numpy(rng.random((T, N)) < 0.2)
+        terminated = ended & torch.from_numpy(rng.random((T, N)) < 0.5)
+        buffer.episode_end.copy_(ended)
+        buffer.terminated.copy_(terminated)
+        buffer.bootstrap_values.copy_(torch.from_numpy(rng.normal(size=(T, N))) * ~terminated)
+        buffer.values.copy_(torch.from_numpy(rng.normal(size=(T, N))))  # the behaviour critic's
+        last = torch.from_numpy(rng.normal(size=N))
+        algo.compute_returns(last_values=last)
+        behaviour = buffer.logprobs.clone()
+        prox = self._prox(algo)
+        with torch.no_grad():
+            values = algo.policy.value(buffer.obs.flatten(0, 1)).view(T, N)
+
+        advantages = torch.zeros(T, N)  # GAE, written out
+        following = torch.zeros(N)
+        for t in reversed(range(T)):
+            next_v = values[t + 1] if t + 1 < T else last
+            next_v = torch.where(ended[t], buffer.bootstrap_values[t], next_v)
+            delta = buffer.rewards[t] + gamma * next_v * ~terminated[t] - values[t]
+            following = delta + gamma * lam * ~ended[t] * following
+            advantages[t] = following
+        normalised = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+        weights = torch.clamp(torch.exp(prox - behaviour), max=1.5)
+
+        algo.use_proximal_policy()
+        torch.testing.assert_close(buffer.values, values, rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(buffer.returns, advantages + values, rtol=1e-10, atol=1e-10)
+        torch.testing.assert_close(buffer.advantages, weights * normalised, rtol=1e-6, atol=1e-8)

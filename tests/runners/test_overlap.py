@@ -1,7 +1,9 @@
 """``train.overlap``: rollout k+1 collected while update k+1 trains on rollout k (CPU physics).
 
-The lag is one rollout, the ratio uses the behaviour policy's stored log-probabilities, the
-learner reads the storage the collector wrote, and CartPole still solves."""
+The lag is one rollout, the ratio is taken against the learner's weights at the update's start
+(the decoupled clip; with ``train.overlap_correction=off`` the behaviour policy's stored
+log-probabilities), the learner reads the storage the collector wrote, and CartPole still
+solves."""
 
 from __future__ import annotations
 
@@ -29,12 +31,14 @@ SMALL = [
 ]
 
 
-def _runner(tmp_path, overlap: bool, iterations: int = 3):
+def _runner(tmp_path, overlap: bool, iterations: int = 3, correction: str = "decoupled"):
     steps = iterations * 4 * 16
     cfg = C.apply_overrides(
-        C.Config(), [*SMALL, f"train.total_steps={steps}", f"train.overlap={str(overlap).lower()}"]
-    )
-    return make_runner(cfg, tmp_path / ("on" if overlap else "off"), progress=False)
+        C.Config(),
+        [*SMALL, f"train.total_steps={steps}", f"train.overlap={str(overlap).lower()}",
+         f"train.overlap_correction={correction}"],
+    )  # fmt: skip
+    return make_runner(cfg, tmp_path / f"{overlap}-{correction}", progress=False)
 
 
 def _record_updates(runner, monkeypatch) -> list[dict]:
@@ -48,6 +52,7 @@ def _record_updates(runner, monkeypatch) -> list[dict]:
         entry = {"buffer": buffer, "obs_ptr": buffer.obs.data_ptr(), "written": buffer.step}
         stats = update()
         entry["kl"] = stats["losses/approx_kl"]
+        entry["behaviour_kl"] = stats.get("losses/behaviour_kl")
         seen.append(entry)
         return stats
 
@@ -56,13 +61,13 @@ def _record_updates(runner, monkeypatch) -> list[dict]:
 
 
 def test_the_lag_is_one_rollout_and_the_ratio_uses_the_stored_log_probs(tmp_path, monkeypatch):
-    """Update 1 trains on rollout 0 (initial weights); update u >= 2 on the rollout collected
-    with the weights of update u - 2, while the learner starts from those of u - 1: its first
-    (here only) minibatch sees a KL above 0 between them. Without overlap that KL is 0: the
-    behaviour policy is the learner. Recomputing the log-probabilities with the learner's
-    policy would make it 0 here too."""
+    """With ``train.overlap_correction=off``: update 1 trains on rollout 0 (initial weights);
+    update u >= 2 on the rollout collected with the weights of update u - 2, while the learner
+    starts from those of u - 1: its first (here only) minibatch sees a KL above 0 between
+    them. Without overlap that KL is 0: the behaviour policy is the learner. Recomputing the
+    log-probabilities with the learner's policy (the decoupled clip) makes it 0 here too."""
     torch.manual_seed(0)
-    runner = _runner(tmp_path, overlap=True)
+    runner = _runner(tmp_path, overlap=True, correction="off")
     seen = _record_updates(runner, monkeypatch)
     runner.learn()
     assert runner.overlap.lag_log == [(0, 1), (0, 2), (1, 3)]
@@ -74,6 +79,28 @@ def test_the_lag_is_one_rollout_and_the_ratio_uses_the_stored_log_probs(tmp_path
     seen_sync = _record_updates(sync, monkeypatch)
     sync.learn()
     assert all(s["kl"] == pytest.approx(0.0, abs=1e-9) for s in seen_sync)
+
+
+def test_the_decoupled_clip_takes_the_ratio_against_the_learners_weights(tmp_path, monkeypatch):
+    """The default correction: every update's one minibatch has KL 0 (the ratio is against
+    the learner's weights at the update's start), and from update 2 on the behaviour policy
+    is logged a KL above 0 from them; the synchronous run is not decoupled (no behaviour_kl).
+    Mutation: ``OverlappedRollouts`` not setting ``learner.decoupled`` (update 2's KL rose
+    above 0)."""
+    torch.manual_seed(0)
+    runner = _runner(tmp_path, overlap=True)
+    seen = _record_updates(runner, monkeypatch)
+    runner.learn()
+    assert runner.overlap.lag_log == [(0, 1), (0, 2), (1, 3)]
+    assert all(s["kl"] == pytest.approx(0.0, abs=1e-9) for s in seen)
+    assert seen[0]["behaviour_kl"] == pytest.approx(0.0, abs=1e-9)
+    assert seen[1]["behaviour_kl"] > 1e-6 and seen[2]["behaviour_kl"] > 1e-6
+
+    torch.manual_seed(0)
+    sync = _runner(tmp_path, overlap=False)
+    seen_sync = _record_updates(sync, monkeypatch)
+    sync.learn()
+    assert [s["behaviour_kl"] for s in seen_sync] == [None] * 3
 
 
 def test_the_learner_reads_the_storage_the_collector_wrote(tmp_path, monkeypatch):

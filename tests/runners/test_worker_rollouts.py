@@ -1,6 +1,7 @@
 """Rollouts collected by the rollout workers themselves (``env.vectorization=workers``): what
 they write is the envs' true transitions under the published policy, written into the very
-storage the update reads, and ``--overlap`` over them lags by one rollout."""
+storage the update reads, and ``--overlap`` over them lags by one rollout (its ratio clipped
+against the learner's weights, the decoupled clip, unless ``train.overlap_correction=off``)."""
 
 from __future__ import annotations
 
@@ -107,13 +108,16 @@ def test_the_update_reads_the_storage_the_workers_wrote(tmp_path, monkeypatch):
     assert all(ptr in blocks and step == 16 and total > 0 for ptr, step, total in seen)
 
 
-def _record_kl(runner, monkeypatch) -> list[float]:
+def _record_kl(runner, monkeypatch, behaviour: list | None = None) -> list[float]:
+    """Each update's KL of its one minibatch (and into ``behaviour``, its behaviour_kl)."""
     kls = []
     update = runner.algo.update
 
     def recording_update():
         stats = update()
         kls.append(stats["losses/approx_kl"])
+        if behaviour is not None:
+            behaviour.append(stats.get("losses/behaviour_kl"))
         return stats
 
     monkeypatch.setattr(runner.algo, "update", recording_update)
@@ -121,12 +125,14 @@ def _record_kl(runner, monkeypatch) -> list[float]:
 
 
 def test_overlap_over_workers_lags_one_rollout_and_uses_the_stored_log_probs(tmp_path, monkeypatch):
-    """Update 1 trains on rollout 0 (initial weights), update u >= 2 on the rollout collected
-    with the weights of update u - 2: its one minibatch sees a KL above 0 between the stored
-    log-probabilities and the learner's. Synchronously over the same workers it is 0."""
+    """With ``train.overlap_correction=off``: update 1 trains on rollout 0 (initial weights),
+    update u >= 2 on the rollout collected with the weights of update u - 2: its one minibatch
+    sees a KL above 0 between the stored log-probabilities and the learner's. Synchronously
+    over the same workers it is 0."""
     torch.manual_seed(0)
     lr = "ppo.learning_rate=0.01"  # one update moves the policy visibly
-    runner = _runner(tmp_path, "train.overlap=true", lr, env_id="CartPole-v1", name="overlap")
+    runner = _runner(tmp_path, "train.overlap=true", "train.overlap_correction=off", lr,
+                     env_id="CartPole-v1", name="overlap")  # fmt: skip
     kls = _record_kl(runner, monkeypatch)
     runner.learn()
     assert runner.overlap.lag_log == [(0, 1), (0, 2), (1, 3)]
@@ -139,6 +145,31 @@ def test_overlap_over_workers_lags_one_rollout_and_uses_the_stored_log_probs(tmp
     sync.learn()
     assert sync.worker_rollouts is not None
     assert all(kl == pytest.approx(0.0, abs=1e-7) for kl in kls_sync)
+
+
+def test_overlap_over_workers_clips_against_the_learners_weights(tmp_path, monkeypatch):
+    """The decoupled clip (the default): each update's one minibatch takes its ratio against
+    the learner's weights at the update's start, so its KL is 0, while the behaviour policy
+    (update u - 2's weights) is logged a KL above 0 from them from update 2 on; synchronously
+    nothing is decoupled (no behaviour_kl). Mutation: ``OverlappedWorkers`` not setting
+    ``learner.decoupled`` (the KL of update 2 rose above 0)."""
+    torch.manual_seed(0)
+    lr = "ppo.learning_rate=0.01"
+    runner = _runner(tmp_path, "train.overlap=true", lr, env_id="CartPole-v1", name="overlap")
+    behaviour: list = []
+    kls = _record_kl(runner, monkeypatch, behaviour)
+    runner.learn()
+    assert runner.overlap.lag_log == [(0, 1), (0, 2), (1, 3)]
+    assert all(kl == pytest.approx(0.0, abs=1e-7) for kl in kls)
+    assert behaviour[0] == pytest.approx(0.0, abs=1e-7)
+    assert behaviour[1] > 1e-5 and behaviour[2] > 1e-5
+
+    torch.manual_seed(0)
+    sync = _runner(tmp_path, lr, env_id="CartPole-v1", name="sync")
+    behaviour_sync: list = []
+    _record_kl(sync, monkeypatch, behaviour_sync)
+    sync.learn()
+    assert behaviour_sync == [None] * 3
 
 
 def test_reward_normalisation_runs_in_time_order_as_step_by_step(tmp_path):
