@@ -42,14 +42,9 @@ SOURCES = (
     "command",
 )
 """Observation sources a robot state provides (module docstring)."""
-ROBOT_REPORTS = (
-    "gyro",
-    "projected_gravity",
-    "joint_pos_rel",
-    "joint_vel_rel",
-    "last_action",
-    "command",
-)
+TWIN_ONLY = ("base_lin_vel",)
+"""Sources only the twin (or a simulator) publishes: ``rt/sportmodestate``."""
+ROBOT_REPORTS = tuple(source for source in SOURCES if source not in TWIN_ONLY)
 """Sources a real robot in low-level mode reports: ``rt/lowstate`` (IMU, motors), the
 operator's command, the policy's own output. ``base_lin_vel`` is not one: with the motion
 service released no ``rt/sportmodestate`` comes (the twin publishes it)."""
