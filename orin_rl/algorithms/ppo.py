@@ -176,9 +176,9 @@ class PPO:
     @torch.inference_mode()
     def act(self, obs: torch.Tensor) -> torch.Tensor:
         """Sample actions for raw ``obs`` (num_envs, *obs_shape) and remember the step."""
-        if self.normalizes_inside:
-            pass  # rsl_rl's normalisers fold in the post-step observation (process_env_step)
-        elif self.dist.enabled and self.policy.obs_normalizer is not None:
+        # rsl_rl's normalisers (``normalizes_inside``): no obs_normalizer, ``normalize`` passes
+        # the observation through; they fold in the post-step one (process_env_step)
+        if self.dist.enabled and self.policy.obs_normalizer is not None:
             # Every rank folds every rank's observations in: the statistics stay identical.
             self.policy.obs_normalizer.update(
                 distributed.all_gather_rows(obs, self.dist.world_size)

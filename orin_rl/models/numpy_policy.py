@@ -73,6 +73,7 @@ class NumpyActorCritic:
     """
 
     EPS: ClassVar[float] = 1e-8  # ObsNormalizer's default
+    RSL_EPS: ClassVar[float] = 1e-2  # EmpiricalNormalizer's (rsl_rl's)
 
     def __init__(self, spec: dict[str, Any], arrays: dict[str, np.ndarray]):
         self.discrete = spec["action_kind"] == "discrete"
@@ -114,8 +115,6 @@ class NumpyActorCritic:
             return x
         mean, std = self.arrays[f"{name}_normalizer.mean"], self.arrays[f"{name}_normalizer.std"]
         return (x - mean.astype(np.float32)) / (std.astype(np.float32) + self.RSL_EPS)
-
-    RSL_EPS: ClassVar[float] = 1e-2  # EmpiricalNormalizer's
 
     def value(self, normed: np.ndarray) -> np.ndarray:
         """(batch,) V of normalised observations."""

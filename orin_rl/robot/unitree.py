@@ -271,17 +271,11 @@ class UnitreePlant:
         where = (f"DDS domain {self.description['dds_domain']}, interface "
                  f"{self.description['dds_interface']}")  # fmt: skip
         self.phase = f"waiting up to {wait_s:g} s for the robot's state ({where})"
-        while self._state is None:
-            if time.monotonic() > deadline:
-                self.close()
-                raise RobotError(self._silent_error(wait_s, where))
-            time.sleep(0.005)
+        self._wait_until(lambda: self._state is not None, deadline, wait_s, where)
         check_reported(self)  # a real robot: refused a term it does not report, at once
-        while self.needs_velocity and self._velocity_w is None:
-            if time.monotonic() > deadline:
-                self.close()
-                raise RobotError(self._silent_error(wait_s, where))
-            time.sleep(0.005)
+        self._wait_until(
+            lambda: not self.needs_velocity or self._velocity_w is not None, deadline, wait_s, where
+        )
         time.sleep(0.2)  # discovery of any other publisher on the domain
         writers = len(self.state_in.entity.get_matched_publications())
         if writers > 1:
@@ -290,6 +284,14 @@ class UnitreePlant:
                 f"{writers} publishers of rt/lowstate on {where}: two robots or twins share "
                 "it; stop the others or give each its own --dds-domain"
             )
+
+    def _wait_until(self, ready: Any, deadline: float, wait_s: float, where: str) -> None:
+        """Poll ``ready()`` until it holds; past ``deadline``, close and say what is missing."""
+        while not ready():
+            if time.monotonic() > deadline:
+                self.close()
+                raise RobotError(self._silent_error(wait_s, where))
+            time.sleep(0.005)
 
     def _silent_error(self, wait_s: float, where: str) -> str:
         if self._state is None:

@@ -103,10 +103,13 @@ def linear_bundle(folder: Path, contract: dict, weight: float = 0.0, bias=None) 
 
 
 class StandIn(threading.Thread):
-    """A robot on the wire without physics: publishes LowState_ at 500 Hz; its joints go
-    where the last command with stiffness put them; records what it was sent."""
+    """A robot on the wire without physics: publishes LowState_ at 500 Hz (with
+    ``mode_machine``: 0 a simulator, 5 a real G1 29-DoF) and ``rt/sportmodestate`` where
+    ``sport``; its joints go where the last command with stiffness put them; records the kp of
+    each command it takes."""
 
-    def __init__(self, domain: int, contract, tilt: float = 0.0):
+    def __init__(self, domain: int, contract, tilt: float = 0.0, mode_machine: int = 0,
+                 sport: bool = True):  # fmt: skip
         super().__init__(daemon=True)
         from orin_rl.robot import unitree_msgs as msgs
         from orin_rl.robot.wire import Endpoint, Layout, participant
@@ -114,7 +117,8 @@ class StandIn(threading.Thread):
         self.dp = participant(domain, "lo")
         self.out = Endpoint(self.dp, msgs.LOWSTATE, msgs.HgLowState, "writer")
         self.sport = Endpoint(self.dp, msgs.SPORTSTATE, msgs.GoSportModeState, "writer")
-        self.sport_bytes = bytes(Layout(msgs.GoSportModeState).encode({}))
+        self.sport_bytes = bytes(Layout(msgs.GoSportModeState).encode({})) if sport else None
+        self.mode_machine = mode_machine
         self.cmd = Endpoint(self.dp, msgs.LOWCMD, msgs.HgLowCmd, "reader")
         self.state_layout, self.cmd_layout = Layout(msgs.HgLowState), Layout(msgs.HgLowCmd)
         self.q = np.zeros(35)
@@ -137,6 +141,8 @@ class StandIn(threading.Thread):
             if self.publishing:
                 self.out.write(self.state_layout.encode(
                     {"imu_state.quaternion": self.quat, "motor_state[].q": self.q,
-                     "wireless_remote": np.frombuffer(self.remote, np.uint8)}))  # fmt: skip
-                self.sport.write(self.sport_bytes)  # standing still
+                     "wireless_remote": np.frombuffer(self.remote, np.uint8),
+                     "mode_machine": self.mode_machine}))  # fmt: skip
+                if self.sport_bytes is not None:
+                    self.sport.write(self.sport_bytes)  # standing still
             time.sleep(0.002)
