@@ -20,6 +20,8 @@
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source=jetson/common.sh disable=SC1091
+source "$repo/jetson/common.sh"
 venv="${1:-$repo/.venv}"
 torch_cu126="https://pypi.jetson-ai-lab.io/jp6/cu126/+f/62a/1beee9f2f1470/torch-2.8.0-cp310-cp310-linux_aarch64.whl#sha256=62a1beee9f2f147076a974d2942c90060c12771c94740830327cae705b2595fc"
 
@@ -64,14 +66,8 @@ fi
 # pycuda builds against JetPack's CUDA; jetson-stats gives jtop.
 export PATH="/usr/local/cuda/bin:$PATH"
 "$venv/bin/python" -m pip install -e "${repo}[export,jetson,cuda]"
-# PyPI's onnxruntime on aarch64 is CPU-only: swap it for the Jetson build (CUDA and TensorRT
-# execution providers). PyPI has no aarch64 onnxruntime-gpu, so the name resolves to the
-# Jetson wheel on this index.
-"$venv/bin/python" -m pip uninstall -y onnxruntime
-if ! "$venv/bin/python" -m pip install --index-url "$index" onnxruntime-gpu; then
-  echo "setup.sh: onnxruntime-gpu not installed from $index; ONNX Runtime stays CPU-only: set JETSON_INDEX=..." >&2
-  "$venv/bin/python" -m pip install "onnxruntime>=1.18"
-fi
+# PyPI's onnxruntime on aarch64 is CPU-only: NVIDIA's Jetson build in its place (common.sh).
+install_ort_gpu "$venv" "$index"
 
 # GPU physics (--env-backend gpu for the MuJoCo tasks): Warp built for JetPack's CUDA. PyPI's
 # warp-lang is built with CUDA 13 (JetPack 7, L4T R38); JetPack 6 (CUDA 12, L4T R36) needs the
@@ -98,25 +94,13 @@ if [[ -z "${SKIP_SIM:-}" ]]; then
   fi
 fi
 # The robot's wire (orin-rl run --plant unitree-g1): PyPI has no aarch64 cyclonedds wheel, so
-# its Python binding builds from source against the CycloneDDS C library of the same version,
-# built here into $venv/cyclonedds (as Unitree's SDK README does it). SKIP_ROBOT=1 skips it;
-# CYCLONEDDS_VERSION picks the release. Not yet run on a board.
+# common.sh builds its Python binding against the CycloneDDS C library of the same release
+# (CYCLONEDDS_HOME=/usr with the distribution's cyclonedds-dev, else built from GitHub into
+# $venv/cyclonedds). SKIP_ROBOT=1 skips it; CYCLONEDDS_VERSION picks the release. Run under
+# emulation in an arm64 Debian root by tools/aarch64_check.sh (against Debian's 0.10.2), not yet
+# on a board.
 if [[ -z "${SKIP_ROBOT:-}" ]]; then
-  dds_version="${CYCLONEDDS_VERSION:-11.0.1}"
-  dds_home="$venv/cyclonedds"
-  dds_src="$(mktemp -d)"
-  if git clone --quiet --depth 1 --branch "$dds_version" \
-      https://github.com/eclipse-cyclonedds/cyclonedds "$dds_src" \
-    && cmake -S "$dds_src" -B "$dds_src/build" -DCMAKE_INSTALL_PREFIX="$dds_home" \
-      -DBUILD_EXAMPLES=OFF -DBUILD_TESTING=OFF -DBUILD_IDLC_TESTING=OFF \
-    && cmake --build "$dds_src/build" --target install --parallel "$(nproc)" \
-    && CYCLONEDDS_HOME="$dds_home" "$venv/bin/python" -m pip install --no-binary cyclonedds \
-      "cyclonedds==$dds_version"; then
-    echo "setup.sh: cyclonedds $dds_version built against $dds_home (the robot extra)"
-  else
-    echo "setup.sh: cyclonedds not built (needs git, cmake and a compiler: sudo apt install git cmake build-essential); the robot wire is unavailable, the rest works" >&2
-  fi
-  rm -rf "$dds_src"
+  install_cyclonedds "$venv" || true
 fi
 # The GPU and DLA device nodes (/dev/nvmap, /dev/nvhost-*) belong to the video group: a user
 # outside it gets "NvRmMemInitNvmap ... Permission denied" from CUDA.

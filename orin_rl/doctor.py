@@ -29,31 +29,32 @@ def _version(module: str) -> str | None:
     if importlib.util.find_spec(module) is None:
         return None
     try:
-        return getattr(__import__(module), "__version__", "installed")
+        found = getattr(__import__(module), "__version__", None)
+        if found is None:  # cyclonedds has no __version__: its distribution's
+            from importlib import metadata
+
+            found = metadata.version(module)
+        return found
     except Exception as exc:  # installed but broken
         return f"broken ({exc.__class__.__name__})"
 
 
-def _tiny_onnx() -> bytes:
-    from onnx import TensorProto, helper
-
-    node = helper.make_node("Relu", ["x"], ["y"])
-    graph = helper.make_graph(
-        [node],
-        "t",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8  # what opset 17 needs; any ONNX Runtime since 1.10 reads it
-    return model.SerializeToString()
+# The provider probe's model, y = Relu(x) on a [1, 4] float tensor (opset 17, IR version 8),
+# serialised: written out so that the doctor needs onnxruntime only, not the onnx package (the
+# robot's deploy image has no onnx). tests/test_jetson.py rebuilds it with onnx's helper and
+# checks these bytes against it.
+PROBE_ONNX = (
+    b'\x08\x08:;\n\x0c\n\x01x\x12\x01y"\x04Relu\x12\x01tZ\x13\n\x01x\x12\x0e\n\x0c\x08\x01'
+    b"\x12\x08\n\x02\x08\x01\n\x02\x08\x04b\x13\n\x01y\x12\x0e\n\x0c\x08\x01\x12\x08\n\x02"
+    b"\x08\x01\n\x02\x08\x04B\x04\n\x00\x10\x11"
+)
 
 
 def working_ort_providers() -> tuple[list[str], list[str]]:
     """(providers that start a session, providers that are compiled in but fail)."""
     import onnxruntime as ort
 
-    model = _tiny_onnx()
+    model = PROBE_ONNX
     works, fails = [], []
     for provider in ort.get_available_providers():
         try:
@@ -147,6 +148,7 @@ def checks() -> list[Check]:
             )
         )
     rows.append(gpu_physics_check(info.is_jetson))
+    rows.append(robot_wire_check())
     if info.is_jetson:
         rows.append(Check("jetson", "ok", f"{info.model}; L4T {info.l4t}; JetPack {info.jetpack}"))
         try:
@@ -196,6 +198,22 @@ def gpu_physics_check(is_jetson: bool = False) -> Check:
         f"{mujoco_warp.__version__}; {where}"
     )
     return Check("gpu physics", "ok" if cuda else "info", detail)
+
+
+def robot_wire_check() -> Check:
+    """The robot's wire (``run --plant unitree-g1``, ``sim-robot``): the CycloneDDS binding,
+    its version and architecture (aarch64 has no wheel: it is built against the C library)."""
+    version = _version("cyclonedds")
+    if version is None:
+        return Check(
+            "robot wire",
+            "missing",
+            "cyclonedds not installed (the G1 plant and the twin need it)",
+            "pip install 'orin-rl[robot]' (aarch64: bash jetson/deploy.sh builds it)",
+        )
+    if version.startswith("broken"):
+        return Check("robot wire", "warn", f"cyclonedds {version}", "")
+    return Check("robot wire", "ok", f"cyclonedds {version} ({platform.machine()})")
 
 
 def table(rows: list[Check]) -> str:

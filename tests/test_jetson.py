@@ -225,10 +225,34 @@ def test_doctor_on_this_box(capsys):
         "tensorrt",
         "jetson",
         "gpu physics",
+        "robot wire",
         "buffer placement",
     ):
         assert item in out
     assert "CPUExecutionProvider" in out
+    if importlib.util.find_spec("cyclonedds"):  # the robot extra (CI): its release, not a guess
+        from importlib import metadata
+
+        assert f"cyclonedds {metadata.version('cyclonedds')} (" in out
+
+
+def test_doctor_probe_model_is_onnx_helpers_model():
+    """The provider probe's bytes, written out so the doctor runs without the onnx package, are
+    the model onnx's helper builds (Relu on [1, 4] float, opset 17, IR 8)."""
+    from onnx import TensorProto, checker, helper
+
+    from orin_rl.doctor import PROBE_ONNX
+
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        "t",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    checker.check_model(model)
+    assert model.SerializeToString() == PROBE_ONNX
 
 
 def test_doctor_reports_gpu_physics(monkeypatch):
