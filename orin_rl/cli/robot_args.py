@@ -20,6 +20,13 @@ def _dds_flags(p: argparse._ActionsContainer, default_domain: int) -> None:
         help="network interface DDS binds to (lo: this machine only; a robot: the interface on "
         "its network, e.g. eth0; default: CycloneDDS's choice)",
     )
+    p.add_argument(
+        "--dds-peers",
+        metavar="ADDR[,ADDR]",
+        type=lambda text: [a.strip() for a in text.split(",") if a.strip()],
+        help="discover by unicast to these addresses, multicast off (a network or an emulator "
+        "without multicast; both ends need it, e.g. 127.0.0.1 for a twin here)",
+    )
 
 
 def robot_run_flags(p: argparse.ArgumentParser) -> None:

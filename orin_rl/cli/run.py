@@ -91,7 +91,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 EXIT_CODES = {"steps": 0, "operator stop": 0, "safety stop": 3, "interrupted": 130,
               "terminated": 143}  # fmt: skip
 """``run --plant``'s exit code for each way a run ends (``runtime.robot_run.ENDS``)."""
-ROBOT_FLAGS = ("--command", "--command-every", "--dds-domain", "--dds-interface", "--stand-s",
+ROBOT_FLAGS = ("--command", "--command-every", "--dds-domain", "--dds-interface", "--dds-peers",
+               "--stand-s",
                "--tilt-limit", "--wait-s")  # fmt: skip
 """Flags that mean something only with ``--plant`` (refused without it)."""
 PLANT_OVERRIDES = ("--rate", "--env", "--env-kwargs", "--plant-device")
@@ -105,6 +106,7 @@ def _given(args: argparse.Namespace, flag: str) -> bool:
 
 def _run_robot(args: argparse.Namespace, loop: dict) -> int:
     """``--plant unitree-g1``: the robot (or its twin) over DDS, through the safety machine."""
+    from orin_rl.robot import wire
     from orin_rl.robot.remote import COMBOS
     from orin_rl.runtime.robot_run import run_on_robot
 
@@ -114,6 +116,7 @@ def _run_robot(args: argparse.Namespace, loop: dict) -> int:
                 f"{flag} does not apply to --plant {args.plant}: the robot runs the policy "
                 "at its contract's period on the robot; drop it"
             )
+    wire.use_peers(args.dds_peers)
     combos = " · ".join(f"{combo} {step}" for step, combo in COMBOS.items())
     if args.velocity_command == "remote":
         print(f"remote       {combos} (damping, latched); sticks: left forward/sideways, "

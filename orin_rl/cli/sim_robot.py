@@ -7,8 +7,11 @@ import argparse
 
 def cmd_sim_robot(args: argparse.Namespace) -> int:
     """Run the twin until ``--seconds`` or Ctrl-C; print its report."""
+    from orin_rl.robot import wire
     from orin_rl.robot.remote import RemoteScript
     from orin_rl.robot.twin import RobotTwin
+
+    wire.use_peers(args.dds_peers)
 
     script = RemoteScript.load(args.remote_script) if args.remote_script else None
     print(f"sim-robot    building unitree-{args.robot}'s model (~10 s)", flush=True)

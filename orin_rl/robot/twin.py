@@ -88,7 +88,7 @@ class RobotTwin:
         probe_since = time.monotonic()
         self.m = model if model is not None else build_model(TASKS[robot], physics_dt)
         time.sleep(max(0.0, 0.5 - (time.monotonic() - probe_since)))  # discovery
-        others = len(probe.entity.get_matched_publications())
+        others = probe.matched_writers()
         if others:
             raise RobotError(
                 f"rt/lowstate is already published on DDS domain {domain} ({others} "

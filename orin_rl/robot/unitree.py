@@ -277,7 +277,7 @@ class UnitreePlant:
             lambda: not self.needs_velocity or self._velocity_w is not None, deadline, wait_s, where
         )
         time.sleep(0.2)  # discovery of any other publisher on the domain
-        writers = len(self.state_in.entity.get_matched_publications())
+        writers = self.state_in.matched_writers()
         if writers > 1:
             self.close()
             raise RobotError(

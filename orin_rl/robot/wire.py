@@ -111,6 +111,13 @@ class Layout:
         return buf
 
 
+def binding_major() -> int:
+    """The CycloneDDS Python binding's major release (0 for 0.10.x, 11 for 11.0.x)."""
+    from importlib import metadata
+
+    return int(metadata.version("cyclonedds").split(".")[0])
+
+
 class Endpoint:
     """One topic's reader or writer on a participant, moving raw CDR bytes."""
 
@@ -129,7 +136,10 @@ class Endpoint:
             self.entity = DataWriter(participant, self.topic, qos=qos)
         # bound once: these run at 500 Hz
         self._write, self._take, self._error = ddspy_write, ddspy_take, DDSException
-        self._mask = SampleState.Any | ViewState.Any | InstanceState.Any
+        # The binding's C layer: 11.x takes (reader, mask, n); 0.10.x (Debian's and Ubuntu's
+        # CycloneDDS, what aarch64 builds against) takes (reader, n), every sample state.
+        mask = SampleState.Any | ViewState.Any | InstanceState.Any
+        self._take_args = (mask, 8) if binding_major() >= 11 else (8,)
 
     def write(self, data: bytes | bytearray) -> None:
         """Publish one message's CDR bytes."""
@@ -137,9 +147,27 @@ class Endpoint:
         if ret < 0:
             raise self._error(ret, f"writing {self.topic.name}")
 
+    def matched_writers(self) -> int:
+        """How many writers this reader is matched with now (0.10.x has no
+        ``get_matched_publications``: the subscription-matched status' current count)."""
+        get = getattr(self.entity, "get_matched_publications", None)
+        if get is not None:
+            return len(get())
+        import ctypes
+
+        from cyclonedds.internal import dds_c_t, load_cyclonedds
+
+        status = dds_c_t.subscription_matched_status()
+        ret = load_cyclonedds().dds_get_subscription_matched_status(
+            self.entity._ref, ctypes.byref(status)
+        )
+        if ret < 0:
+            raise self._error(ret, f"matched writers of {self.topic.name}")
+        return int(status.current_count)
+
     def take_latest(self) -> bytes | None:
         """The newest message's bytes not taken yet, or None."""
-        ret = self._take(self.entity._ref, self._mask, 8)
+        ret = self._take(self.entity._ref, *self._take_args)
         if isinstance(ret, int):
             raise self._error(ret, f"taking {self.topic.name}")
         latest = None
@@ -149,6 +177,8 @@ class Endpoint:
         return latest
 
 
+_PEERS: list[str] = []
+"""Unicast discovery peers for the domains this process configures (``use_peers``)."""
 _DOMAINS: dict[int, tuple[Any, str | None]] = {}
 """Domains configured by this process (CycloneDDS configures a domain once a process)."""
 _BY_NAME: dict[int, str | None] = {}
@@ -173,12 +203,31 @@ def check_interface(interface: str | None) -> None:
         )
 
 
+def use_peers(addresses: list[str] | None) -> None:
+    """Discover by unicast to ``addresses`` with multicast off, in every domain this process
+    configures from now on (``--dds-peers``): for networks without multicast, and for QEMU's
+    user-mode emulation, which lacks ``IP_MULTICAST_IF`` (tools/aarch64_check.sh). Both ends
+    need it: a peer that announces itself by multicast alone is not heard."""
+    _PEERS[:] = list(addresses or [])
+
+
 def _domain_xml(interface: str | None, by_name: str | None) -> str:
-    general = (
-        "<General><Interfaces>"
+    interfaces = (
+        "<Interfaces>"
         f'<NetworkInterface name="{interface}" priority="default" multicast="default"/>'
-        "</Interfaces></General>"
+        "</Interfaces>"
         if interface
+        else ""
+    )
+    multicast = "<AllowMulticast>false</AllowMulticast>" if _PEERS else ""
+    general = f"<General>{interfaces}{multicast}</General>" if interfaces or multicast else ""
+    # auto: each participant takes the first free index, i.e. a well-known unicast port, which
+    # is where the peers' discovery messages go.
+    discovery = (
+        "<Discovery><ParticipantIndex>auto</ParticipantIndex><Peers>"
+        + "".join(f'<Peer address="{address}"/>' for address in _PEERS)
+        + "</Peers></Discovery>"
+        if _PEERS
         else ""
     )
     compatibility = (
@@ -186,7 +235,7 @@ def _domain_xml(interface: str | None, by_name: str | None) -> str:
         if by_name
         else ""
     )
-    return f"<CycloneDDS><Domain>{general}{compatibility}</Domain></CycloneDDS>"
+    return f"<CycloneDDS><Domain>{general}{discovery}{compatibility}</Domain></CycloneDDS>"
 
 
 def _configure(domain: int, interface: str | None, by_name: str | None) -> Any:
@@ -228,7 +277,7 @@ def participant(domain: int, interface: str | None, match_by_name: str | None = 
             domain,
             match_by_name,
         )
-    if (interface or match_by_name) and domain not in _DOMAINS:
+    if (interface or match_by_name or _PEERS) and domain not in _DOMAINS:
         _BY_NAME[domain] = match_by_name
         try:
             _DOMAINS[domain] = (_configure(domain, interface, match_by_name), interface)
