@@ -22,6 +22,9 @@ def _tool(name: str) -> str:
     "script",
     [
         "jetson/setup.sh",
+        "jetson/deploy.sh",
+        "jetson/common.sh",
+        "tools/aarch64_check.sh",
         ".ci/run",
         "tools/fake_tegrastats.sh",
         "tools/bench_locomotion_h200.sh",

@@ -263,9 +263,10 @@ def bench_cnn(iters: int, tmp: Path, cuda: bool, threads: int) -> list[dict]:
     return rows
 
 
-def torch_free_rss(bundle_dir: Path) -> dict:
+def torch_free_rss(bundle_dir: Path, python: str = sys.executable) -> dict:
     """Peak RSS of a torch-free ``orin-rl run``, and the resident memory after each import on
-    the way (what the peak is made of)."""
+    the way (what the peak is made of). ``python``: the interpreter (a deploy venv's, which has
+    no torch to block: tools/aarch64_check.py)."""
     code = textwrap.dedent(f"""
         import sys, json
         sys.modules["torch"] = None
@@ -287,7 +288,7 @@ def torch_free_rss(bundle_dir: Path) -> dict:
         print(json.dumps({{"peak_kb": rss("VmHWM"), "steps": steps}}))
         sys.exit(rc)
     """)
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    proc = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=300)
     if proc.returncode != 0:
         return {"error": proc.stderr[-300:]}
     data = json.loads(proc.stdout.strip().splitlines()[-1])

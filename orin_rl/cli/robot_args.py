@@ -25,7 +25,8 @@ def _dds_flags(p: argparse._ActionsContainer, default_domain: int) -> None:
         metavar="ADDR[,ADDR]",
         type=lambda text: [a.strip() for a in text.split(",") if a.strip()],
         help="discover by unicast to these addresses, multicast off (a network or an emulator "
-        "without multicast; both ends need it, e.g. 127.0.0.1 for a twin here)",
+        "without multicast; both ends need it, e.g. 127.0.0.1 for a twin here; default: "
+        "multicast discovery)",
     )
 
 
