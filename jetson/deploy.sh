@@ -52,4 +52,6 @@ fi
 if "$venv/bin/python" -c 'import importlib.util as u, sys; sys.exit(u.find_spec("torch") is None)'; then
   echo "deploy.sh: torch is importable in $venv (from the system site?); the deploy image should not carry it" >&2
 fi
-"$venv/bin/orin-rl" doctor
+# CYCLONEDDS_HOME is for the binding's build only: at run time its loader would look there
+# (for $CYCLONEDDS_HOME/lib/libddsc.so) instead of where it was built against.
+env -u CYCLONEDDS_HOME "$venv/bin/orin-rl" doctor

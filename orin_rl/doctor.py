@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import platform
 import sys
 import tempfile
@@ -212,7 +213,13 @@ def robot_wire_check() -> Check:
             "pip install 'orin-rl[robot]' (aarch64: bash jetson/deploy.sh builds it)",
         )
     if version.startswith("broken"):
-        return Check("robot wire", "warn", f"cyclonedds {version}", "")
+        step = (
+            "unset CYCLONEDDS_HOME: the binding loads $CYCLONEDDS_HOME/lib/libddsc.so when it is "
+            "set (set it only to build the binding)"
+            if os.environ.get("CYCLONEDDS_HOME")
+            else "reinstall the robot extra (aarch64: bash jetson/deploy.sh)"
+        )
+        return Check("robot wire", "warn", f"cyclonedds {version}", step)
     return Check("robot wire", "ok", f"cyclonedds {version} ({platform.machine()})")
 
 

@@ -322,3 +322,16 @@ def test_training_reports_energy_with_a_monitor(tmp_path, monkeypatch):
         C.apply_overrides(cfg, ["train.power_monitor=off"]), tmp_path / "run2", progress=False
     )
     assert off["power"] is None
+
+
+def test_doctor_names_cyclonedds_home_when_the_binding_cannot_load(monkeypatch):
+    """A binding built against a distribution's CycloneDDS (jetson/deploy.sh with
+    CYCLONEDDS_HOME=/usr) does not load while CYCLONEDDS_HOME stays set: the row says so."""
+    from orin_rl import doctor
+
+    monkeypatch.setattr(doctor, "_version", lambda m: "broken (CycloneDDSLoaderException)")
+    monkeypatch.setenv("CYCLONEDDS_HOME", "/usr")
+    row = doctor.robot_wire_check()
+    assert row.status == "warn" and row.next_step.startswith("unset CYCLONEDDS_HOME")
+    monkeypatch.delenv("CYCLONEDDS_HOME")
+    assert "unset" not in doctor.robot_wire_check().next_step
