@@ -142,6 +142,12 @@ class PPOConfig:
     logs why not otherwise and falls back to the general path if they fail to compile; ``on``
     demands them (an error names what is missing; on a CPU box in Numba's CUDA simulator);
     ``off`` keeps the general path (docs/fused.md)."""
+    fused_grads: Literal["auto", "kernel", "gemm"] = "auto"
+    """Who computes the fused update's gradients: ``kernel``, the gradient kernel (a block per
+    slice of an agent's minibatch; up to 2048 samples per agent, hidden layers up to 128
+    wide; beyond, torch's update, as before this option); ``gemm``, batched GEMMs over the
+    agents (orin_rl.algorithms.gemm_update: any minibatch and width); ``auto``, the kernel
+    where it takes the shape, else the GEMMs."""
     graph_update: Literal["auto", "off"] = "auto"
     """The update as one CUDA graph per rollout buffer (a CUDA learner, envs on the host:
     runners.graphs.GraphedUpdate); ``auto`` wherever it applies, ``off`` op by op."""

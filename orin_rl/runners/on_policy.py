@@ -189,8 +189,13 @@ class OnPolicyRunner(Runner):
                 log.info("fused PPO kernels off (%s): general path", reason)
             return
         update_reason = fused.update_blocker(cfg, self.policy.spec)
-        self.fused = fused.FusedPPO(self.algo, self.env, cfg, fused_update=update_reason is None)
-        if update_reason is None:
+        grads = fused.grads_path(cfg, self.policy.spec)
+        self.fused = fused.FusedPPO(self.algo, self.env, cfg, fused_update=update_reason is None,
+                                    grads=grads)  # fmt: skip
+        if update_reason is None and grads == "gemm":
+            log.info("fused PPO kernels: the rollout in one kernel, the update's gradients by "
+                     "batched GEMMs (ppo.fused_grads=%s)", cfg.ppo.fused_grads)  # fmt: skip
+        elif update_reason is None:
             log.info("fused PPO kernels: the rollout in one kernel, the update in %d blocks "
                      "per agent and minibatch step", self.fused.parts)  # fmt: skip
         else:
