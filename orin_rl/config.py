@@ -312,6 +312,12 @@ class TrainConfig:
     """Capture a whole iteration (rollout, GAE, update) in one CUDA graph and replay it. Needs
     GPU-native environments on the learner's GPU and no target_kl; otherwise the run stays
     eager and the log says why."""
+    graph_warm_up: bool = False
+    """With ``cuda_graphs``: run the first iteration eagerly and capture the second (the
+    behaviour before issue 54). Off: the graph is captured from the state the first reset
+    produced and replayed from the first iteration (the optimizer state made beforehand),
+    without an eager iteration's launches from Python; a capture that fails falls back to
+    the eager warm-up with a warning."""
     compile: bool = False
     """torch.compile the networks and the GPU-native environment step (fuses the many small
     element-wise kernels; costs compile time at start, pays off on long runs with many envs)."""

@@ -1,0 +1,94 @@
+"""A graphed run's first iteration captured from the state the first reset produced, with no
+eager iteration before it (``PPO.prepare_capture``), on the CPU with emulated graphs
+(``graph_emulation``: a replay runs the recorded ops on the recorded tensors, as a CUDA graph
+does): its replays train exactly as eager iterations from the same reset do."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from orin_rl import config as C
+from orin_rl.algorithms import PPO
+from orin_rl.algorithms.ppo_multi import MultiAgentPPO
+from orin_rl.buffers import RolloutBuffer
+from orin_rl.envs.gpu.classic import CartPole
+from orin_rl.models import ActorCritic, PolicySpec
+from orin_rl.models.batched import BatchedActorCritic
+from orin_rl.runners.graphs import GraphedIteration
+
+STEPS, ENVS = 8, 4
+
+
+def _learner(seed: int, max_steps: int, agents: int = 1) -> tuple[PPO, CartPole, torch.Tensor]:
+    torch.manual_seed(seed)
+    cfg = C.PPOConfig(num_steps=STEPS, num_minibatches=2, num_epochs=2, hidden_sizes=[8, 8])
+    env = CartPole(agents * ENVS, "cpu", max_episode_steps=max_steps)
+    obs = env.reset(seed=seed)
+    spec = PolicySpec.from_spaces(env.observation_space, env.action_space, hidden_sizes=[8, 8])
+    buf = RolloutBuffer(STEPS, agents * ENVS, (4,), (), torch.int64, "cpu", "host", 2)
+    policy = BatchedActorCritic(spec, agents) if agents > 1 else ActorCritic(spec)
+    cls = MultiAgentPPO if agents > 1 else PPO
+    algo = cls(policy, buf, cfg, 10, torch.device("cpu"), capturable=True)
+    algo.value_all_final_obs = True  # what a CUDA learner does: no boolean indexing
+    return algo, env, obs
+
+
+def _eager(algo: PPO, env: CartPole, obs: torch.Tensor, iterations: int) -> list[dict]:
+    """The runner's eager iteration, ``iterations`` times from ``obs``."""
+    torch.manual_seed(1)  # torch's generator (actions, minibatches) as the replays find it
+    out = []
+    for _ in range(iterations):
+        for _ in range(STEPS):
+            step = env.step(algo.act(obs))
+            algo.process_env_step(step)
+            obs = step.obs
+        algo.compute_returns(obs)
+        out.append(algo.update())
+    return out
+
+
+def _replayed(algo: PPO, env: CartPole, obs: torch.Tensor, iterations: int) -> list[dict]:
+    """Capture from ``obs`` with no iteration before it, then replay as the runner does."""
+    torch.manual_seed(1)
+    assert algo.prepare_capture() is None
+    graph = GraphedIteration(algo, env, STEPS, emulate=True)
+    graph.capture(obs)
+    out = []
+    for _ in range(iterations):
+        lr = algo.set_learning_rate()
+        _, num_updates, epochs = graph.replay()
+        out.append(algo.finish_update(num_updates, epochs, lr))
+    return out
+
+
+@pytest.mark.parametrize(
+    "max_steps,agents", [(500, 1), (5, 1), (5, 2)]
+)  # short episodes: time limits, the final observations' values; 2 agents: MultiAgentPPO
+def test_capture_from_the_first_reset_trains_as_eager_iterations(rng, max_steps, agents):
+    seed = int(rng.integers(2**31))
+    eager_algo, eager_env, eager_obs = _learner(seed, max_steps, agents)
+    graph_algo, graph_env, graph_obs = _learner(seed, max_steps, agents)
+    assert torch.equal(eager_obs, graph_obs)
+    want = _eager(eager_algo, eager_env, eager_obs, 3)
+    got = _replayed(graph_algo, graph_env, graph_obs, 3)
+    assert got == want  # the losses, iteration by iteration
+    for a, b in zip(eager_algo.policy.parameters(), graph_algo.policy.parameters(), strict=True):
+        assert torch.equal(a, b)
+    state = graph_algo.optimizer.state
+    assert all(float(s["step"]) == 3 * 4 for s in state.values())  # 3 updates of 4 steps
+    assert torch.equal(eager_env.state, graph_env.state)
+
+
+def test_without_prepare_capture_the_replays_restart_adam(rng):
+    """What ``prepare_capture`` prevents: Adam's state made inside the capture is made again by
+    every replay (its moments zeroed, its step count back to one)."""
+    seed = int(rng.integers(2**31))
+    algo, env, obs = _learner(seed, 500)
+    graph = GraphedIteration(algo, env, STEPS, emulate=True)
+    graph.capture(obs)
+    for _ in range(2):
+        lr = algo.set_learning_rate()
+        _, num_updates, epochs = graph.replay()
+        algo.finish_update(num_updates, epochs, lr)
+    assert all(float(s["step"]) == 4 for s in algo.optimizer.state.values())
