@@ -137,7 +137,7 @@ class PPOConfig:
     final observation to compute (an mjlab step then skips its forward and sensing)."""
     fused: Literal["auto", "on", "off"] = "auto"
     """Fused PPO kernels (orin_rl.algorithms.fused: the whole rollout in one kernel, the
-    update in a few kernels per minibatch step for minibatches up to 2048 samples per agent;
+    update in a few launches per minibatch step, its gradients as ``fused_grads`` says;
     CartPole-v1 on the gpu backend): ``auto`` uses them on a CUDA learner wherever they apply,
     logs why not otherwise and falls back to the general path if they fail to compile; ``on``
     demands them (an error names what is missing; on a CPU box in Numba's CUDA simulator);

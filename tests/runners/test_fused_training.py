@@ -70,6 +70,19 @@ def test_fused_gemm_run_trains_and_says_so(tmp_path, small_threads, caplog):
     assert all(0.0 < r["losses/entropy"] <= math.log(2) + 1e-6 for r in records)
 
 
+def test_auto_gives_the_gemms_a_minibatch_the_gradient_kernel_does_not_take(
+    tmp_path, small_threads, monkeypatch, caplog
+):
+    """No flags: a minibatch over the kernel's limit is fused all the same, its gradients by
+    batched GEMMs (before ppo.fused_grads it went to torch's update). The limit is lowered to
+    keep the run small: 8 samples a minibatch against 4."""
+    monkeypatch.setattr(fused, "MAX_FUSED_MINIBATCH", 4)
+    with caplog.at_level("INFO"):
+        summary = train(_cfg(), tmp_path / "run", progress=False)
+    assert summary["fused"] == "rollout+update"
+    assert "the update's gradients by batched GEMMs (ppo.fused_grads=auto)" in caplog.text
+
+
 @pytest.mark.parametrize("grads", ["auto", "gemm"])
 def test_interrupted_fused_run_resumes_exactly(tmp_path, small_threads, monkeypatch, grads):
     """SIGTERM after two iterations, resume: the same losses as a run never interrupted, so the
