@@ -323,6 +323,8 @@ class PPO:
             return "torch.optim.Adam (fp16's gradient scaler) creates its state in its step"
         if self.cfg.desired_kl is not None or self.cfg.target_kl is not None:
             return "a KL-driven schedule"
+        if self.dist.enabled:  # every rank must take the same path: the eager one is known
+            return "a distributed run (NCCL sets its connections up at the first collective)"
         self.optimizer.init_state()
         self.buffer.warm_kernels()
         self._warm_gemms()

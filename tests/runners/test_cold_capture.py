@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from orin_rl import config as C
+from orin_rl import distributed
 from orin_rl.algorithms import PPO
 from orin_rl.algorithms.ppo_multi import MultiAgentPPO
 from orin_rl.buffers import RolloutBuffer
@@ -92,3 +93,26 @@ def test_without_prepare_capture_the_replays_restart_adam(rng):
         _, num_updates, epochs = graph.replay()
         algo.finish_update(num_updates, epochs, lr)
     assert all(float(s["step"]) == 4 for s in algo.optimizer.state.values())
+
+
+@pytest.mark.parametrize(
+    "change,reason",
+    [
+        ({"target_kl": 0.02}, "KL"),
+        ({"desired_kl": 0.01}, "KL"),
+        ({"world_size": 2}, "distributed"),
+        ({"precision": "fp16"}, "torch.optim.Adam"),
+    ],
+)
+def test_where_the_first_iteration_cannot_be_captured_cold_nothing_is_made(change, reason):
+    """The runs that keep the eager warm-up: an optimizer that makes its state in its step
+    (fp16's), a KL-driven schedule, a distributed run (every rank on the one known path)."""
+    spec = PolicySpec([4], "discrete", 2, hidden_sizes=[8, 8])
+    cfg = C.PPOConfig(num_steps=STEPS, num_minibatches=2,
+                      **{k: v for k, v in change.items() if k.endswith("_kl")})  # fmt: skip
+    buf = RolloutBuffer(STEPS, ENVS, (4,), (), torch.int64, "cpu", "host", 2)
+    dist = distributed.Context(world_size=change.get("world_size", 1))
+    algo = PPO(ActorCritic(spec), buf, cfg, 10, torch.device("cpu"),
+               precision=change.get("precision", "fp32"), dist_ctx=dist)  # fmt: skip
+    assert reason in algo.prepare_capture()
+    assert not any(algo.optimizer.state.values())  # no state made: the eager step makes it
