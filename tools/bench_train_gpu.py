@@ -143,6 +143,7 @@ def run_row(args: list[str], device: str, workdir: Path, seed: int = 1,
         "loop_steps_per_s": loop_rate,
         "final_eval_mean": s["eval_return_mean"],
         "fused": s.get("fused"),
+        "fused_grads": s.get("fused_grads"),
         "cuda_graphs": s["cuda_graphs"],
         "agents_solved": (
             sum(a["eval_return_mean"] >= 475 for a in s["agents"]) if s.get("agents") else None

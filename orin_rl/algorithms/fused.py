@@ -1102,9 +1102,9 @@ class FusedPPO:
         self.env = env
         self.cfg = cfg.ppo
         self.fused_update = fused_update
-        self.grads_path = grads
-        """Who computes the update's gradients: ``kernel`` (the ``grads`` and ``reduce``
-        kernels) or ``gemm`` (``gemm_update``: batched GEMMs); ``apply`` steps either."""
+        self.gemm: GemmGrads | None = None
+        """The update's gradients by batched GEMMs (``grads="gemm"``), else by the ``grads``
+        and ``reduce`` kernels; ``apply`` steps either."""
         policy = algo.policy
         spec = policy.spec
         self.num_agents = getattr(policy, "num_agents", 1)
@@ -1155,7 +1155,6 @@ class FusedPPO:
             self.perm = torch.zeros(self.cfg.num_epochs, K, T * N, dtype=torch.int64,
                                     device=self.device)  # fmt: skip
             self.minibatch = T * N // self.cfg.num_minibatches
-            self.gemm: GemmGrads | None = None
             if grads == "gemm":
                 self.gemm = GemmGrads(self, spec.activation == "tanh")
             self.parts = parts or parts_per_agent(self.minibatch, K, self.device)
@@ -1185,6 +1184,11 @@ class FusedPPO:
                     *self._apply_args[:4], view(self.gemm.norms), view(self.gemm.pterms),
                     *self._apply_args[6:],
                 ]  # fmt: skip
+
+    @property
+    def grads_path(self) -> str:
+        """Who computes the update's gradients: ``gemm`` or ``kernel``."""
+        return "kernel" if self.gemm is None else "gemm"
 
     def _bind_flat(self, params: list[torch.nn.Parameter]) -> torch.Tensor:
         """One flat buffer holding every parameter (agent-major within each tensor); the

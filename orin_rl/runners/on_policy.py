@@ -192,7 +192,7 @@ class OnPolicyRunner(Runner):
         grads = fused.grads_path(cfg, self.policy.spec)
         self.fused = fused.FusedPPO(self.algo, self.env, cfg, fused_update=update_reason is None,
                                     grads=grads)  # fmt: skip
-        if update_reason is None and grads == "gemm":
+        if update_reason is None and self.fused.grads_path == "gemm":
             log.info("fused PPO kernels: the rollout in one kernel, the update's gradients by "
                      "batched GEMMs (ppo.fused_grads=%s)", cfg.ppo.fused_grads)  # fmt: skip
         elif update_reason is None:
@@ -360,6 +360,11 @@ class OnPolicyRunner(Runner):
         if self.fused is None:
             return None
         return "rollout+update" if self.fused.fused_update else "rollout"
+
+    def _fused_grads(self) -> str | None:
+        if self.fused is None or not self.fused.fused_update:
+            return None
+        return self.fused.grads_path
 
     def _algo_state(self) -> dict[str, Any]:
         if self.fused is not None:

@@ -104,6 +104,7 @@ def test_fused_update_with_gemm_gradients_matches_ppo_and_adam(rng, num_agents, 
         ent_coef=0.05, clip_value_loss=clip_value_loss, clip_coef=0.2, max_grad_norm=0.5,
     )  # fmt: skip
     run = fused.FusedPPO(algo, env, cfg, fused_update=True, threads=tf.THREADS, grads="gemm")
+    assert run.grads_path == "gemm"  # the kernel's update would match the reference too
     perm = tf.random_rollout(rng, policy, buf, num_agents, epochs=2)
     ref_policy = copy.deepcopy(policy)
     fields = {n: getattr(buf, n).clone() for n in ("obs", "actions", "logprobs", "values",

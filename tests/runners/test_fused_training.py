@@ -49,7 +49,7 @@ def _cfg(**over) -> Config:
 def test_fused_run_trains_logs_and_says_which_path(tmp_path, small_threads, caplog):
     with caplog.at_level("INFO"):
         summary = train(_cfg(), tmp_path / "run", progress=False)
-    assert summary["fused"] == "rollout+update"
+    assert summary["fused"] == "rollout+update" and summary["fused_grads"] == "kernel"
     assert "fused PPO kernels: the rollout in one kernel, the update in" in caplog.text
     records = read_metrics(tmp_path / "run" / "metrics.jsonl")
     assert [r["global_step"] for r in records] == [16, 32, 48, 64]
@@ -63,7 +63,7 @@ def test_fused_run_trains_logs_and_says_which_path(tmp_path, small_threads, capl
 def test_fused_gemm_run_trains_and_says_so(tmp_path, small_threads, caplog):
     with caplog.at_level("INFO"):
         summary = train(_cfg(**{"ppo.fused_grads": "gemm"}), tmp_path / "run", progress=False)
-    assert summary["fused"] == "rollout+update"
+    assert summary["fused"] == "rollout+update" and summary["fused_grads"] == "gemm"
     assert "the update's gradients by batched GEMMs (ppo.fused_grads=gemm)" in caplog.text
     records = read_metrics(tmp_path / "run" / "metrics.jsonl")
     assert [r["global_step"] for r in records] == [16, 32, 48, 64]
@@ -79,7 +79,7 @@ def test_auto_gives_the_gemms_a_minibatch_the_gradient_kernel_does_not_take(
     monkeypatch.setattr(fused, "MAX_FUSED_MINIBATCH", 4)
     with caplog.at_level("INFO"):
         summary = train(_cfg(), tmp_path / "run", progress=False)
-    assert summary["fused"] == "rollout+update"
+    assert summary["fused"] == "rollout+update" and summary["fused_grads"] == "gemm"
     assert "the update's gradients by batched GEMMs (ppo.fused_grads=auto)" in caplog.text
 
 
