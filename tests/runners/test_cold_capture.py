@@ -5,6 +5,9 @@ does): its replays train exactly as eager iterations from the same reset do."""
 
 from __future__ import annotations
 
+import functools
+import logging
+
 import pytest
 import torch
 
@@ -16,6 +19,7 @@ from orin_rl.buffers import RolloutBuffer
 from orin_rl.envs.gpu.classic import CartPole
 from orin_rl.models import ActorCritic, PolicySpec
 from orin_rl.models.batched import BatchedActorCritic
+from orin_rl.runners import make_runner, on_policy
 from orin_rl.runners.graphs import GraphedIteration
 
 STEPS, ENVS = 8, 4
@@ -116,3 +120,38 @@ def test_where_the_first_iteration_cannot_be_captured_cold_nothing_is_made(chang
                precision=change.get("precision", "fp32"), dist_ctx=dist)  # fmt: skip
     assert reason in algo.prepare_capture()
     assert not any(algo.optimizer.state.values())  # no state made: the eager step makes it
+
+
+def test_the_runner_captures_from_the_first_reset_and_replays_its_first_iteration(
+    tmp_path, monkeypatch, caplog
+):
+    """``OnPolicyRunner._iterate`` with graphs on (forced here, with emulated graphs and the
+    learner made capturable as a CUDA one is): the first call captures from the reset's
+    observations and replays; no eager iteration runs (it would open a CUDA stream)."""
+    cfg = C.apply_overrides(C.Config(), [
+        "env.env_id=CartPole-v1", "env.backend=gpu", "env.num_envs=4", "ppo.num_steps=8",
+        "ppo.num_minibatches=2", "ppo.num_epochs=2", "ppo.hidden_sizes=[8,8]",
+        "train.device=cpu", "train.total_steps=64", "train.tensorboard=false",
+    ])  # fmt: skip
+    runner = make_runner(cfg, tmp_path / "run", progress=False)
+    try:
+        algo = runner.algo
+        algo.capturable, algo.value_all_final_obs, runner.use_graphs = True, True, True
+        for group in algo.optimizer.param_groups:  # a device tensor, as capturable makes it
+            group["lr"] = torch.tensor(float(group["lr"]))
+        monkeypatch.setattr(on_policy, "GraphedIteration",
+                            functools.partial(GraphedIteration, emulate=True))  # fmt: skip
+        eager = {"calls": 0}
+        real_update = algo.update
+        monkeypatch.setattr(algo, "update", lambda: eager.update(calls=eager["calls"] + 1)
+                            or real_update())  # fmt: skip
+        obs = runner.env.reset(seed=1)
+        with caplog.at_level(logging.INFO):
+            obs, first = runner._iterate(obs)
+            obs, second = runner._iterate(obs)
+        assert "captured one PPO iteration from the first reset" in caplog.text
+        assert runner._graph is not None and eager["calls"] == 0
+        assert first != second  # two replays, two updates
+        assert all(float(s["step"]) == 2 * 4 for s in algo.optimizer.state.values())
+    finally:
+        runner.env.close()
