@@ -192,7 +192,8 @@ def main() -> None:
     parser.add_argument("--rows", default="single,envs4096,seeds512",
                         help="gpu suite: PureJaxRL's settings to run")  # fmt: skip
     parser.add_argument("--paths", default="fused,general",
-                        help="gpu suite: our paths per row (fused: ppo.fused=auto; general: off)")  # fmt: skip
+                        help="gpu suite: our paths per row (bench_train_gpu.PATHS: fused, general, "
+                        "fused-kernel, fused-gemm, fused-tf32, fused-compile-tf32, ...)")  # fmt: skip
     parser.add_argument("--peer-dir", type=Path, default=ROOT / ".peers-purejaxrl",
                         help="gpu suite: a copy of ../shared/peers/purejaxrl")  # fmt: skip
     args = parser.parse_args()

@@ -87,12 +87,23 @@ PATHS = {
         "train.matmul=tf32",
     ],
 }
+# the fused update's gradients by the gradient kernel (torch's update beyond its shapes: the
+# default before ppo.fused_grads) or by batched GEMMs (gemm_update); auto picks one per row
+PATHS["fused-kernel"] = [*PATHS["fused"], "--set", "ppo.fused_grads=kernel"]
+PATHS["fused-gemm"] = [*PATHS["fused"], "--set", "ppo.fused_grads=gemm"]
 PATHS["fused-compile-tf32-pool"] = PATHS["fused-compile-tf32"]
 PATH_ENV = {"fused-compile-tf32-pool": {"TORCHINDUCTOR_COMPILE_THREADS": str(os.cpu_count())}}
 """The same run with inductor's worker pool (ppo.compile_in_process turns it off by default)."""
-PATH_ROWS = {"fused-compile-tf32": {"envs4096"}, "fused-compile-tf32-pool": {"envs4096"}}
+PATH_ROWS = {
+    "fused-compile-tf32": {"envs4096"},
+    "fused-compile-tf32-pool": {"envs4096"},
+    "fused-kernel": {"envs4096"},
+    "fused-gemm": {"single", "seeds512"},
+}
 """Paths run on some rows only: a compiled torch update replaces the fused update kernels
-where they apply (minibatches up to fused.MAX_FUSED_MINIBATCH), so only envs4096 takes it."""
+where they apply (minibatches up to fused.MAX_FUSED_MINIBATCH), so only envs4096 takes it;
+``ppo.fused_grads=auto`` is the gradient kernel on single and seeds512 and the GEMMs on
+envs4096, so each row runs the other choice only."""
 
 
 def run_row(args: list[str], device: str, workdir: Path, seed: int = 1,
@@ -132,6 +143,7 @@ def run_row(args: list[str], device: str, workdir: Path, seed: int = 1,
         "loop_steps_per_s": loop_rate,
         "final_eval_mean": s["eval_return_mean"],
         "fused": s.get("fused"),
+        "fused_grads": s.get("fused_grads"),
         "cuda_graphs": s["cuda_graphs"],
         "agents_solved": (
             sum(a["eval_return_mean"] >= 475 for a in s["agents"]) if s.get("agents") else None
@@ -249,6 +261,8 @@ def gpu_suite(rows: list[str], paths: list[str], device: str, peer_dir: Path,
                 ("loop", None, "loop_steps_per_s"),
                 ("compile_tf32", "fused-compile-tf32", "steps_per_s"),
                 ("compile_tf32_loop", "fused-compile-tf32", "loop_steps_per_s"),
+                ("grads_kernel_loop", "fused-kernel", "loop_steps_per_s"),
+                ("grads_gemm_loop", "fused-gemm", "loop_steps_per_s"),
             ):
                 value = (ours.get(run, {}) if run else main).get(key)
                 if value and r["purejaxrl_steps_per_s"]:
@@ -407,6 +421,11 @@ def _n(value) -> str:
 
 def main(args) -> None:
     device = "cuda" if torch.cuda.is_available() else "cpu"
+    unknown = [p for p in args.paths.split(",") if p not in PATHS]
+    unknown += [r for r in args.rows.split(",") if r not in ROWS]
+    if unknown:
+        raise SystemExit(f"unknown --rows/--paths {unknown}: rows {sorted(ROWS)}, "
+                         f"paths {sorted(PATHS)}")  # fmt: skip
     if device == "cuda":
         rows = args.rows.split(",")
         name = args.name if args.name != "train_cpu" else "vs_purejaxrl_h200"

@@ -165,8 +165,9 @@ def main() -> None:
     parser.add_argument("--paths", default="general,fused",
                         help="general: the torch path eager and in a graph; fused: the kernels")  # fmt: skip
     parser.add_argument("--max-fused-minibatch", type=int, default=None,
-                        help="fused: take the update kernels up to this many samples per agent "
-                             f"(default {fused.MAX_FUSED_MINIBATCH})")  # fmt: skip
+                        help="fused: take the gradient kernel up to this many samples per "
+                             f"agent (default {fused.MAX_FUSED_MINIBATCH}); beyond it the batched "
+                             "GEMMs, or torch's update with --set ppo.fused_grads=kernel")  # fmt: skip
     parser.add_argument("--set", dest="overrides", action="append", default=[],
                         metavar="KEY=VALUE", help="config override for every trainer, e.g. "
                         "ppo.compile_update=true or train.matmul=tf32 (repeatable)")  # fmt: skip

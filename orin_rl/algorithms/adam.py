@@ -53,6 +53,23 @@ class FusedAdam:
                 p.grad.zero_()
 
     @torch.no_grad()
+    def init_state(self) -> None:
+        """Create now the state the first ``step`` would create (torch's lazy init): a CUDA
+        graph that captured the creation would zero the moments at every replay."""
+        for p in self.param_groups[0]["params"]:
+            if not self.state.get(p):
+                self.state[p] = self._fresh_state(p)
+
+    @staticmethod
+    def _fresh_state(p: torch.Tensor) -> dict[str, torch.Tensor]:
+        """torch's lazy init: a float32 step count on the parameter's device, zero moments."""
+        return {
+            "step": torch.zeros((), dtype=torch.float32, device=p.device),
+            "exp_avg": torch.zeros_like(p, memory_format=torch.preserve_format),
+            "exp_avg_sq": torch.zeros_like(p, memory_format=torch.preserve_format),
+        }
+
+    @torch.no_grad()
     def step(self) -> None:
         group = self.param_groups[0]
         params, grads, m1, m2, steps = [], [], [], [], []
@@ -60,12 +77,8 @@ class FusedAdam:
             if p.grad is None:
                 continue
             state = self.state.get(p)
-            if not state:  # torch's lazy init: a float32 step count on the parameter's device
-                state = self.state[p] = {
-                    "step": torch.zeros((), dtype=torch.float32, device=p.device),
-                    "exp_avg": torch.zeros_like(p, memory_format=torch.preserve_format),
-                    "exp_avg_sq": torch.zeros_like(p, memory_format=torch.preserve_format),
-                }
+            if not state:
+                state = self.state[p] = self._fresh_state(p)
             elif state["step"].device != p.device:  # a count set by hand on the host
                 state["step"] = state["step"].to(p.device, torch.float32)
             params.append(p)

@@ -14,6 +14,8 @@ is 66 GPU ops and takes 2.19 ms (profile_fused_h200.md); docs/fused.md has the m
   GAE at the end. The uniform draws come from one ``torch.rand`` per iteration (torch's CUDA
   generator, saved in checkpoints), so a resumed run draws what it would have.
 - update: ``prepare`` (grid = agents) normalises the advantages; then per minibatch step
+  either the gradient by batched GEMMs (``gemm_update``, ``ppo.fused_grads=gemm``; on ``auto``
+  wherever the gradient kernel does not take the shape) and ``apply``, or
   ``grads`` (grid = agents x parts: each block takes a slice of the agent's minibatch, gathers
   it through the permutation, one torch sort of uniform keys per iteration, and runs
   forward, the PPO loss's gradient by hand (clipped surrogate, clipped value loss, entropy)
@@ -49,6 +51,7 @@ import numpy as np
 import torch
 from numba import cuda
 
+from orin_rl.algorithms.gemm_update import GemmGrads
 from orin_rl.buffers import ops
 
 log = logging.getLogger(__name__)
@@ -150,10 +153,27 @@ def _dims(spec: Any) -> tuple[int, int, int, int]:
 
 
 def update_blocker(cfg: Any, spec: Any) -> str | None:
-    """Why the update stays torch's even when the rollout is fused (None: fused too)."""
-    minibatch = cfg.ppo.num_steps * cfg.env.num_envs // cfg.ppo.num_minibatches
+    """Why the update stays torch's even when the rollout is fused (None: fused too, its
+    gradients by ``grads_path``)."""
     if cfg.ppo.compile_update:
         return "ppo.compile_update asks for torch's update, compiled"
+    if cfg.ppo.fused_grads == "kernel":
+        return kernel_blocker(cfg, spec)
+    return None
+
+
+def grads_path(cfg: Any, spec: Any) -> str:
+    """Who computes the fused update's gradients (``ppo.fused_grads``): ``kernel`` where asked,
+    or on ``auto`` where the gradient kernel takes the shape; else ``gemm`` (gemm_update)."""
+    choice = cfg.ppo.fused_grads
+    if choice == "auto":
+        return "kernel" if kernel_blocker(cfg, spec) is None else "gemm"
+    return choice
+
+
+def kernel_blocker(cfg: Any, spec: Any) -> str | None:
+    """Why the gradient kernel does not take this update (None: it does)."""
+    minibatch = cfg.ppo.num_steps * cfg.env.num_envs // cfg.ppo.num_minibatches
     if minibatch > MAX_FUSED_MINIBATCH:
         return (
             f"a minibatch of {minibatch} samples per agent (> {MAX_FUSED_MINIBATCH}): torch's "
@@ -1076,11 +1096,15 @@ class FusedPPO:
     """
 
     def __init__(self, algo: Any, env: Any, cfg: Any, fused_update: bool,
-                 threads: tuple[int, int] | None = None, parts: int | None = None):  # fmt: skip
+                 threads: tuple[int, int] | None = None, parts: int | None = None,
+                 grads: str = "kernel"):  # fmt: skip
         self.algo = algo
         self.env = env
         self.cfg = cfg.ppo
         self.fused_update = fused_update
+        self.gemm: GemmGrads | None = None
+        """The update's gradients by batched GEMMs (``grads="gemm"``), else by the ``grads``
+        and ``reduce`` kernels; ``apply`` steps either."""
         policy = algo.policy
         spec = policy.spec
         self.num_agents = getattr(policy, "num_agents", 1)
@@ -1131,8 +1155,11 @@ class FusedPPO:
             self.perm = torch.zeros(self.cfg.num_epochs, K, T * N, dtype=torch.int64,
                                     device=self.device)  # fmt: skip
             self.minibatch = T * N // self.cfg.num_minibatches
+            if grads == "gemm":
+                self.gemm = GemmGrads(self, spec.activation == "tanh")
             self.parts = parts or parts_per_agent(self.minibatch, K, self.device)
-            self.partial = z(self.parts, size)  # each block's slice of a minibatch gradient
+            # each block's slice of a minibatch gradient (the gemm path writes ``grad`` whole)
+            self.partial = z(self.parts if self.gemm is None else 1, size)
             self.pterms = z(self.parts, K, 5)
             # blocks per agent of the reduce and Adam kernels: about 4 elements per thread
             self.reduce_blocks = reduce_blocks(size // K, K, self.threads[1], self.device)
@@ -1152,6 +1179,16 @@ class FusedPPO:
                 view(self.flat), view(self.grad), view(self.m1), view(self.m2),
                 view(self.norms), view(self.pterms), view(self.stats), view(self.hyper),
             ]  # fmt: skip
+            if self.gemm is not None:
+                self._gemm_apply_args = [
+                    *self._apply_args[:4], view(self.gemm.norms), view(self.gemm.pterms),
+                    *self._apply_args[6:],
+                ]  # fmt: skip
+
+    @property
+    def grads_path(self) -> str:
+        """Who computes the update's gradients: ``gemm`` or ``kernel``."""
+        return "kernel" if self.gemm is None else "gemm"
 
     def _bind_flat(self, params: list[torch.nn.Parameter]) -> torch.Tensor:
         """One flat buffer holding every parameter (agent-major within each tensor); the
@@ -1211,11 +1248,19 @@ class FusedPPO:
         consts = [np.float32(cfg.clip_coef), np.float32(cfg.ent_coef), np.float32(cfg.vf_coef),
                   bool(cfg.clip_value_loss), self.num_envs, cfg.num_minibatches]  # fmt: skip
         steps = cfg.num_epochs * cfg.num_minibatches
+        if self.gemm is not None:
+            self.gemm.begin()
         for j in range(steps):
-            self._launch(self.kernels.grads, K * self.parts, ut, [*self._grads_args, *consts, j])
-            self._launch(self.kernels.reduce, K * self.reduce_blocks, ut, self._reduce_args)
-            apply = [*self._apply_args, float(cfg.max_grad_norm), self.minibatch, j]
-            self._launch(self.kernels.apply, K * self.reduce_blocks, ut, apply)
+            if self.gemm is None:
+                self._launch(self.kernels.grads, K * self.parts, ut,
+                             [*self._grads_args, *consts, j])  # fmt: skip
+                self._launch(self.kernels.reduce, K * self.reduce_blocks, ut, self._reduce_args)
+                args, blocks = self._apply_args, self.reduce_blocks
+            else:  # the gradient by cuBLAS, straight into ``grad``; norms a column a tensor
+                self.gemm.step(j)
+                args, blocks = self._gemm_apply_args, self.gemm.norms.shape[1]
+            apply = [*args, float(cfg.max_grad_norm), self.minibatch, j]
+            self._launch(self.kernels.apply, K * blocks, ut, apply)
         torch.mean(self.stats, 0, out=self.algo._loss_sums)
         return steps, cfg.num_epochs
 

@@ -315,6 +315,34 @@ class PPO:
         buffer.advantages.mul_(behaviour_weights(prox, behaviour, clip))
         behaviour.copy_(prox)
 
+    def prepare_capture(self) -> str | None:
+        """Make now what the first update makes lazily, so that a CUDA graph can capture the
+        first iteration without an eager one before it; None when done, else why it cannot
+        (then the run warms up eagerly, as before)."""
+        if not isinstance(self.optimizer, FusedAdam):
+            return "torch.optim.Adam (fp16's gradient scaler) creates its state in its step"
+        if self.cfg.desired_kl is not None or self.cfg.target_kl is not None:
+            return "a KL-driven schedule"
+        if self.dist.enabled:  # every rank must take the same path: the eager one is known
+            return "a distributed run (NCCL sets its connections up at the first collective)"
+        self.optimizer.init_state()
+        self.buffer.warm_kernels()
+        self._warm_gemms()
+        return None
+
+    def _warm_gemms(self) -> None:
+        """One forward and backward on the buffer's first stored step, gradients dropped: the
+        GEMM libraries' lazy set-up (handles, workspaces) happens now, not inside a capture."""
+        obs, actions = self.buffer.obs[0], torch.zeros_like(self.buffer.actions[0])
+        with self.autocast:
+            logprobs, entropy, values = self.policy.evaluate(*self._as_batch(obs, actions))
+        (logprobs.float().sum() + entropy.float().sum() + values.float().sum()).backward()
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def _as_batch(self, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """Rows of the buffer (num_envs, ...) as the policy takes a batch."""
+        return tensors
+
     def set_learning_rate(self) -> float:
         """Apply this iteration's learning rate (in place when it is a device tensor)."""
         lr = self.learning_rate()

@@ -41,6 +41,10 @@ class MultiAgentPPO(PPO):
         """(K * N, ...) -> (K, N, ...)."""
         return x.view(self.num_agents, self.envs_per_agent, *x.shape[1:])
 
+    def _as_batch(self, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """(K * N, ...) rows as (K, N, ...): each agent its own."""
+        return tuple(self._split(t) for t in tensors)
+
     # ----------------------------------------------------------------- rollout verbs
     @torch.inference_mode()
     def act(self, obs: torch.Tensor) -> torch.Tensor:

@@ -270,6 +270,18 @@ class RolloutBuffer:
         every rank when ``all_reduce`` is given (``ops.normalize_``)."""
         ops.normalize_(self.advantages, groups=groups, all_reduce=all_reduce)
 
+    def warm_kernels(self) -> None:
+        """Compile (or load from Numba's cache) the update's kernels now, on this buffer's own
+        storage, so that a CUDA graph captured next meets none for the first time: GAE into
+        ``advantages`` and one minibatch gather into the slots, both rewritten before they are
+        read (``_perm`` starts at zeros: valid rows)."""
+        v, device = self._step_views, self.storage_device
+        ops.gae(v["rewards"], v["values"], v["next_values"], v["terminated"], v["episode_end"],
+                0.99, 0.95, v["advantages"], device)  # fmt: skip
+        index = self._perm_view[: self.minibatch_size]
+        for name in self._batch_fields:
+            ops.gather(self._flat_views[name], index, self._slot_views[name][0], device)
+
     def _shuffle(self) -> None:
         """A new random permutation of the batch into ``_perm``."""
         if self.storage_device.type == "cuda":

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
@@ -120,9 +120,16 @@ class CaptureError(RuntimeError):
     """Work that a CUDA graph capture cannot record."""
 
 
-def _aliases(func: Any) -> bool:
-    """The op returns (a view of) an input, or writes one in place: nothing to copy back."""
-    return any(r.alias_info is not None for r in func._schema.returns)
+def _aliases(func: Any, args: tuple, kwargs: dict, out: Any) -> bool:
+    """The op returned (a view of) an input, or wrote one in place: nothing to copy back. An
+    op that only may alias (``to``, ``reshape``, ``contiguous``: annotated in its schema, seen
+    as such in inference mode) and made a copy is not: a replay copies its new result back."""
+    if not any(r.alias_info is not None for r in func._schema.returns):
+        return False
+    inputs = {t.untyped_storage().data_ptr() for t in tree_flatten((args, kwargs))[0]
+              if isinstance(t, torch.Tensor)}  # fmt: skip
+    outputs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
+    return all(t.untyped_storage().data_ptr() in inputs for t in outputs)
 
 
 def _written(func: Any, args: tuple, kwargs: dict) -> list[torch.Tensor]:
@@ -158,7 +165,7 @@ class _Recorder(TorchDispatchMode):
             if key not in self.created and key not in self.saved:
                 self.saved[key] = (storage, storage.clone())
         out = func(*args, **kwargs)
-        aliasing = _aliases(func)
+        aliasing = _aliases(func, args, kwargs, out)
         if not aliasing:
             for t in tree_flatten(out)[0]:
                 if isinstance(t, torch.Tensor):
@@ -175,14 +182,23 @@ class EmulatedGraph:
     """``torch.cuda.CUDAGraph``'s contract: ``recording()`` around the work, then ``replay()``.
 
     The recording runs the work once, to know what it does, then puts back every tensor it
-    wrote and the generator's state, so that like a capture it changes nothing (Warp kernels
-    launched during the recording are not undone: ``warp_launches`` counts them). A recording
-    that fails leaves seeded random ops raising, as a failed CUDA capture leaves torch's
-    generators (``orin_rl.capture``): ``capture.recover`` ends that."""
+    wrote and the generators' states (torch's, and ``generators``: those a CUDA capture would
+    register), so that like a capture it changes nothing (Warp kernels launched during the
+    recording are not undone: ``warp_launches`` counts them). A recording that fails leaves
+    seeded random ops raising, as a failed CUDA capture leaves torch's generators
+    (``orin_rl.capture``): ``capture.recover`` ends that.
 
-    def __init__(self) -> None:
+    ``launchers``: (module, name) of functions that launch device kernels on CUDA and run their
+    host twins on the CPU (``orin_rl.buffers.ops``' Numba launches): recorded and replayed as
+    launches are, their host reads of CPU tensors allowed (on CUDA they read none).
+    """
+
+    def __init__(self, generators: Sequence[torch.Generator] = (),
+                 launchers: Sequence[tuple[Any, str]] = ()) -> None:  # fmt: skip
         self.ops: list[tuple] = []
         self.warp_launches = 0
+        self.generators = list(generators)
+        self.launchers = list(launchers)
 
     @contextlib.contextmanager
     def recording(self) -> Iterator[None]:
@@ -190,19 +206,35 @@ class EmulatedGraph:
 
         launch = wp.launch
         ops = self.ops
+        tolist, numpy = torch.Tensor.tolist, torch.Tensor.numpy
 
         def recorded_launch(*args: Any, **kwargs: Any) -> Any:
             ops.append(("warp", launch, args, kwargs, None))
             return launch(*args, **kwargs)
 
+        def recorded(fn: Any) -> Any:
+            def run(*args: Any, **kwargs: Any) -> Any:
+                ops.append(("launch", fn, args, kwargs, None))
+                guarded = torch.Tensor.tolist, torch.Tensor.numpy
+                torch.Tensor.tolist, torch.Tensor.numpy = tolist, numpy  # type: ignore[method-assign]
+                try:
+                    return fn(*args, **kwargs)
+                finally:
+                    torch.Tensor.tolist, torch.Tensor.numpy = guarded  # type: ignore[method-assign]
+
+            return run
+
         def host_read(*args: Any, **kwargs: Any) -> Any:
             raise CaptureError("a tensor read on the host (tolist/numpy) during a capture")
 
-        tolist, numpy = torch.Tensor.tolist, torch.Tensor.numpy
+        originals = [(module, name, getattr(module, name)) for module, name in self.launchers]
+        for module, name, fn in originals:
+            setattr(module, name, recorded(fn))
         wp.launch = recorded_launch
         torch.Tensor.tolist = host_read  # type: ignore[method-assign]
         torch.Tensor.numpy = host_read  # type: ignore[method-assign]
         rng = torch.get_rng_state()
+        states = [g.get_state() for g in self.generators]
         recorder = _Recorder(ops)
         try:
             with recorder:
@@ -212,14 +244,24 @@ class EmulatedGraph:
             raise
         finally:
             wp.launch = launch
+            for module, name, fn in originals:
+                setattr(module, name, fn)
             torch.Tensor.tolist, torch.Tensor.numpy = tolist, numpy  # type: ignore[method-assign]
             recorder.undo()  # what the work wrote goes back: a capture changes no tensor
-            torch.set_rng_state(rng)  # nor the generator
+            torch.set_rng_state(rng)  # nor the generators
+            for g, state in zip(self.generators, states, strict=True):
+                g.set_state(state)
         self.warp_launches = sum(op[0] == "warp" for op in ops)
 
     def replay(self) -> None:
+        # below autograd, as a graph's kernels are: the recorded ops include in-place writes
+        # to parameters and to tensors made in inference mode
+        with torch.inference_mode():
+            self._replay()
+
+    def _replay(self) -> None:
         for kind, func, args, kwargs, out in self.ops:
-            if kind == "warp":
+            if kind in ("warp", "launch"):
                 func(*args, **kwargs)
                 continue
             new = func(*args, **kwargs)

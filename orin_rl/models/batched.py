@@ -12,7 +12,13 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from orin_rl.models.actor_critic import ACTIVATIONS, ActorCritic, PolicySpec, SampledPolicy
+from orin_rl.models.actor_critic import (
+    ACTIVATIONS,
+    ActorCritic,
+    PolicySpec,
+    SampledPolicy,
+    at_least_fp32,
+)
 from orin_rl.models.distributions import Categorical, DiagGaussian
 from orin_rl.models.normalizer import ObsNormalizer
 
@@ -83,7 +89,7 @@ class BatchedActorCritic(SampledPolicy, nn.Module):
 
     def distribution(self, obs: torch.Tensor) -> Categorical | DiagGaussian:
         """Action distribution over (K, B) for normalised ``obs``."""
-        out = self.actor(obs.flatten(2)).float()
+        out = at_least_fp32(self.actor(obs.flatten(2)))
         if self.discrete:
             return Categorical(out)
         return DiagGaussian(out, self.log_std.unsqueeze(1))

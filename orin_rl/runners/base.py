@@ -189,6 +189,11 @@ class Runner(Evaluation, ABC):
         """Which fused kernels ran: "rollout+update", "rollout" or None (the general path)."""
         return None
 
+    def _fused_grads(self) -> str | None:
+        """Who computed the fused update's gradients: "kernel", "gemm" or None (no fused
+        update)."""
+        return None
+
     # ------------------------------------------------------------------ the loop
     def learn(self) -> dict[str, Any]:
         """Train to ``total_steps``, a solved evaluation (if asked) or a signal; summarise."""

@@ -15,7 +15,9 @@ from typing import Any
 
 import torch
 
+from orin_rl.buffers import ops
 from orin_rl.capture import capture
+from orin_rl.envs.graph_emulation import EmulatedGraph
 
 log = logging.getLogger(__name__)
 
@@ -40,18 +42,28 @@ def graph_blocker(env: Any, device: torch.device, target_kl: float | None) -> st
     return None
 
 
+BUFFER_LAUNCHERS = tuple((ops, name) for name in ("write_step", "gae", "gather"))
+"""The rollout buffer's kernel launches (Numba: CUDA kernels on torch's stream, ``@njit`` host
+twins on the CPU), recorded as launches by an emulated graph."""
+
+
 class GraphedIteration:
     """Captures ``rollout → compute_returns → update_steps`` of ``algo`` on ``env`` once.
 
-    Call ``capture`` after one eager iteration (it compiled the Numba kernels, created the
-    gradients and the optimizer state, and warmed up cuBLAS); then ``replay`` runs an iteration.
+    Call ``capture`` after ``algo.prepare_capture()`` (the optimizer state made, as the first
+    update would make it), from the observations the first reset produced, or after one eager
+    iteration (the fallback); then ``replay`` runs an iteration. ``emulate``: an
+    ``EmulatedGraph`` for the CPU (tests), the CUDA graph's semantics without CUDA.
     """
 
-    def __init__(self, algo: Any, env: Any, num_steps: int):
+    def __init__(self, algo: Any, env: Any, num_steps: int, emulate: bool = False):
         self.algo = algo
         self.env = env
         self.num_steps = num_steps
-        self.graph = torch.cuda.CUDAGraph()
+        self.emulated = emulate
+        self.graph: Any = (
+            EmulatedGraph([env.generator], BUFFER_LAUNCHERS) if emulate else torch.cuda.CUDAGraph()
+        )
         self.static_obs: torch.Tensor | None = None
         self.num_updates = 0
         self.epochs = 0
@@ -72,6 +84,10 @@ class GraphedIteration:
     def capture(self, obs: torch.Tensor) -> None:
         """Record one iteration starting from ``obs`` (nothing runs until ``replay``)."""
         self.static_obs = obs.clone()
+        if self.emulated:
+            with capture(self.graph):
+                self._iteration()
+            return
         if not hasattr(self.graph, "register_generator_state"):  # the env's own RNG
             raise RuntimeError("this torch cannot capture a custom generator in a CUDA graph")
         torch.cuda.synchronize()

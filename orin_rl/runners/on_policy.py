@@ -189,8 +189,13 @@ class OnPolicyRunner(Runner):
                 log.info("fused PPO kernels off (%s): general path", reason)
             return
         update_reason = fused.update_blocker(cfg, self.policy.spec)
-        self.fused = fused.FusedPPO(self.algo, self.env, cfg, fused_update=update_reason is None)
-        if update_reason is None:
+        grads = fused.grads_path(cfg, self.policy.spec)
+        self.fused = fused.FusedPPO(self.algo, self.env, cfg, fused_update=update_reason is None,
+                                    grads=grads)  # fmt: skip
+        if update_reason is None and self.fused.grads_path == "gemm":
+            log.info("fused PPO kernels: the rollout in one kernel, the update's gradients by "
+                     "batched GEMMs (ppo.fused_grads=%s)", cfg.ppo.fused_grads)  # fmt: skip
+        elif update_reason is None:
             log.info("fused PPO kernels: the rollout in one kernel, the update in %d blocks "
                      "per agent and minibatch step", self.fused.parts)  # fmt: skip
         else:
@@ -223,6 +228,9 @@ class OnPolicyRunner(Runner):
             return self.overlap.iterate(obs)
         if self.worker_rollouts is not None:
             return self.worker_rollouts.iterate()
+        if self.use_graphs and self._graph is None and not self._cold_capture_tried:
+            self._cold_capture_tried = True
+            self._capture_cold(obs)
         if self._graph is not None:
             lr = algo.set_learning_rate()
             with nvtx_range("iteration (CUDA graph replay)", nvtx):
@@ -262,6 +270,31 @@ class OnPolicyRunner(Runner):
             if nxt < buffer.num_steps:
                 return self.env.step(actions, obs_out=buffer.obs_slot(nxt))
         return self.env.step(actions)
+
+    _cold_capture_tried = False
+
+    def _capture_cold(self, obs: torch.Tensor) -> None:
+        """Capture the first iteration from ``obs`` (the first reset's) with no eager iteration
+        before it: a GPU-physics task's eager warm-up was most of its start-up (86,920 Warp
+        launches from Python for Humanoid-v5, issue 54). Where it cannot, or the capture
+        fails, the first iteration warms up eagerly and the second is captured, as before."""
+        if self.cfg.train.graph_warm_up:
+            return
+        reason = self.algo.prepare_capture()
+        if reason is not None:
+            log.info("the first iteration warms up eagerly before the capture: %s", reason)
+            return
+        graph = GraphedIteration(self.algo, self.env, self.cfg.ppo.num_steps)
+        try:
+            graph.capture(obs)
+        except Exception as exc:  # the eager warm-up and a second capture remain
+            first = (str(exc).splitlines() or [""])[0][:200]
+            log.warning("CUDA graph capture from the first reset failed (%s: %s); warming up "
+                        "with one eager iteration", type(exc).__name__, first)  # fmt: skip
+            self.algo.buffer.clear()
+            return
+        self._graph = graph
+        log.info("captured one PPO iteration from the first reset in a CUDA graph")
 
     def _capture(self, obs: torch.Tensor) -> None:
         graph = GraphedIteration(self.algo, self.env, self.cfg.ppo.num_steps)
@@ -327,6 +360,11 @@ class OnPolicyRunner(Runner):
         if self.fused is None:
             return None
         return "rollout+update" if self.fused.fused_update else "rollout"
+
+    def _fused_grads(self) -> str | None:
+        if self.fused is None or not self.fused.fused_update:
+            return None
+        return self.fused.grads_path
 
     def _algo_state(self) -> dict[str, Any]:
         if self.fused is not None:

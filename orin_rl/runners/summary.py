@@ -62,6 +62,7 @@ def build(
         "env_graphs": runner.env.graph_report() if getattr(runner, "env_graphs", None) else None,
         "compiled": cfg.train.compile,
         "fused": runner._fused_path(),
+        "fused_grads": runner._fused_grads(),
         "obs_into_buffer": runner.obs_into_buffer,
         "world_size": runner.dist.world_size,
         "backend": runner.dist.backend or None,

@@ -174,6 +174,29 @@ def test_rollout_kernel_advances_the_env_and_its_episode_stats(rng):
     assert env.pop_episode_stats() == ([], [])  # popped once
 
 
+def random_rollout(rng, policy, buf, num_agents, epochs):
+    """Fill ``buf`` with fresh random transitions of ``policy``'s agents; returns a random
+    permutation (epochs, agents, samples) of each agent's samples."""
+    steps, kn = buf.num_steps, buf.num_envs
+    g = torch.Generator().manual_seed(int(rng.integers(2**31)))
+    obs = torch.randn(steps, kn, 4, generator=g)
+    actions = torch.randint(0, 2, (steps, kn), generator=g)
+    logits, values = _forward64(policy, obs.view(-1, 4).to(DEVICE), num_agents)
+    logp = torch.log_softmax(logits, -1).gather(-1, actions.view(-1, 1).to(DEVICE)).view(steps, kn)
+    # Old log-probs near the current ones: ratios both inside and outside the clip range.
+    buf.obs.copy_(obs)
+    buf.actions.copy_(actions)
+    buf.logprobs.copy_(logp.float().cpu() + 0.3 * torch.randn(steps, kn, generator=g))
+    buf.values.copy_(
+        values.view(steps, kn).float().cpu() + 0.4 * torch.randn(steps, kn, generator=g)
+    )
+    buf.advantages.copy_(torch.randn(steps, kn, generator=g) * 2 + 0.5)
+    buf.returns.copy_(torch.randn(steps, kn, generator=g))
+    samples = steps * kn // num_agents
+    return torch.stack([torch.stack([torch.randperm(samples, generator=g)
+                                     for _ in range(num_agents)]) for _ in range(epochs)])  # fmt: skip
+
+
 def _reference_update(policy, buf, cfg, num_agents, perm, lr, steps_before=0):
     """PPO._minibatch_step and torch's Adam, float64, one agent at a time, on the same
     permutation; returns (the agents' parameters, their last minibatch's raw gradients,
@@ -244,23 +267,7 @@ def test_update_kernel_matches_ppo_minibatch_steps_and_adam(rng, num_agents, hid
     )  # fmt: skip
     run = fused.FusedPPO(algo, env, cfg, fused_update=True, threads=THREADS, parts=parts)
     assert run.parts == parts
-    kn = num_agents * envs
-    g = torch.Generator().manual_seed(int(rng.integers(2**31)))
-    obs = torch.randn(steps, kn, 4, generator=g)
-    actions = torch.randint(0, 2, (steps, kn), generator=g)
-    logits, values = _forward64(policy, obs.view(-1, 4).to(DEVICE), num_agents)
-    logp = torch.log_softmax(logits, -1).gather(-1, actions.view(-1, 1).to(DEVICE)).view(steps, kn)
-    # Old log-probs near the current ones: ratios both inside and outside the clip range.
-    buf.obs.copy_(obs)
-    buf.actions.copy_(actions)
-    buf.logprobs.copy_(logp.float().cpu() + 0.3 * torch.randn(steps, kn, generator=g))
-    buf.values.copy_(
-        values.view(steps, kn).float().cpu() + 0.4 * torch.randn(steps, kn, generator=g)
-    )
-    buf.advantages.copy_(torch.randn(steps, kn, generator=g) * 2 + 0.5)
-    buf.returns.copy_(torch.randn(steps, kn, generator=g))
-    perm = torch.stack([torch.stack([torch.randperm(steps * envs, generator=g)
-                                     for _ in range(num_agents)]) for _ in range(2)])  # fmt: skip
+    perm = random_rollout(rng, policy, buf, num_agents, epochs=2)
     ref_policy = copy.deepcopy(policy)
     ref_buf_fields = {n: getattr(buf, n).clone() for n in ("obs", "actions", "logprobs", "values",
                                                              "advantages", "returns")}  # fmt: skip
@@ -327,9 +334,18 @@ def test_blocker_names_what_is_missing():
     assert fused.blocker(cfg, env, policy, cuda, False) == "ppo.fused is off"
     cfg.ppo.fused = "auto"
     cfg.env.num_envs, cfg.ppo.num_steps, cfg.ppo.num_minibatches = 4096, 128, 4
+    # auto: a minibatch the gradient kernel does not take is the GEMMs', still fused
+    assert fused.update_blocker(cfg, spec) is None
+    assert fused.grads_path(cfg, spec) == "gemm"
+    cfg.ppo.fused_grads = "kernel"  # the kernel or torch's update, as before the GEMMs
     assert "131072 samples per agent" in fused.update_blocker(cfg, spec)
     cfg.env.num_envs = 4
     assert fused.update_blocker(cfg, spec) is None
+    assert fused.grads_path(cfg, spec) == "kernel"
+    cfg.ppo.fused_grads = "auto"
+    assert fused.grads_path(cfg, spec) == "kernel"
+    cfg.ppo.fused_grads = "gemm"
+    assert fused.grads_path(cfg, spec) == "gemm"
     cfg.ppo.compile_update = True  # torch's update, compiled, behind the fused rollout
     assert "compile_update" in fused.update_blocker(cfg, spec)
     assert fused.blocker(cfg, env, policy, cuda, False) is None

@@ -55,6 +55,42 @@ def test_a_recording_changes_nothing_and_a_replay_does_the_work_on_the_same_tens
     assert torch.equal(out["x"], torch.tensor([4.0, 8.0, 8.0]))
 
 
+def test_an_op_that_may_alias_but_copied_is_replayed_into_its_copy():
+    """In inference mode ``to``, ``reshape`` and ``contiguous`` reach the recording as ops
+    whose schema says they may return an input; where they made a copy (a dtype change), a
+    replay must write the new result into it, as a CUDA graph's kernel does."""
+    x, out = torch.zeros(4), torch.zeros(4)
+    graph = EmulatedGraph()
+    with graph.recording(), torch.inference_mode():
+        wide = x.to(torch.float64)  # a copy: its schema allows an alias
+        out.copy_((wide * 2).to(torch.float32))
+    for value in (1.0, 3.0):
+        x.fill_(value)
+        graph.replay()
+        assert torch.equal(out, torch.full((4,), 2 * value))
+
+
+def test_a_replay_redoes_recorded_launches_and_restores_the_generators_a_capture_holds():
+    """``launchers`` (functions launching kernels torch does not see) are replayed in order;
+    ``generators`` come back to their state before the recording, as registered ones do."""
+    import types
+
+    calls = []
+    host = types.SimpleNamespace(launch=lambda t: calls.append(t.numpy().copy()))  # a host view
+    gen = torch.Generator().manual_seed(3)
+    state = gen.get_state()
+    x = torch.zeros(2)
+    graph = EmulatedGraph([gen], [(host, "launch")])
+    with graph.recording():
+        y = x + torch.rand(2, generator=gen)
+        host.launch(y)
+    assert torch.equal(gen.get_state(), state)
+    expected = x + torch.rand(2, generator=torch.Generator().manual_seed(3))
+    graph.replay()
+    assert len(calls) == 2  # the recording's call and the replay's
+    assert torch.equal(torch.from_numpy(calls[-1]), expected)  # the replay's y, the same draws
+
+
 def test_a_host_read_cannot_be_recorded_and_the_generator_is_left_as_it_was():
     x = torch.ones(2)
     with pytest.raises(CaptureError, match="host"), EmulatedGraph().recording():

@@ -49,7 +49,7 @@ def _cfg(**over) -> Config:
 def test_fused_run_trains_logs_and_says_which_path(tmp_path, small_threads, caplog):
     with caplog.at_level("INFO"):
         summary = train(_cfg(), tmp_path / "run", progress=False)
-    assert summary["fused"] == "rollout+update"
+    assert summary["fused"] == "rollout+update" and summary["fused_grads"] == "kernel"
     assert "fused PPO kernels: the rollout in one kernel, the update in" in caplog.text
     records = read_metrics(tmp_path / "run" / "metrics.jsonl")
     assert [r["global_step"] for r in records] == [16, 32, 48, 64]
@@ -60,10 +60,35 @@ def test_fused_run_trains_logs_and_says_which_path(tmp_path, small_threads, capl
     assert any("charts/episode_return_mean" in r for r in records)  # episodes were counted
 
 
-def test_interrupted_fused_run_resumes_exactly(tmp_path, small_threads, monkeypatch):
+def test_fused_gemm_run_trains_and_says_so(tmp_path, small_threads, caplog):
+    with caplog.at_level("INFO"):
+        summary = train(_cfg(**{"ppo.fused_grads": "gemm"}), tmp_path / "run", progress=False)
+    assert summary["fused"] == "rollout+update" and summary["fused_grads"] == "gemm"
+    assert "the update's gradients by batched GEMMs (ppo.fused_grads=gemm)" in caplog.text
+    records = read_metrics(tmp_path / "run" / "metrics.jsonl")
+    assert [r["global_step"] for r in records] == [16, 32, 48, 64]
+    assert all(0.0 < r["losses/entropy"] <= math.log(2) + 1e-6 for r in records)
+
+
+def test_auto_gives_the_gemms_a_minibatch_the_gradient_kernel_does_not_take(
+    tmp_path, small_threads, monkeypatch, caplog
+):
+    """No flags: a minibatch over the kernel's limit is fused all the same, its gradients by
+    batched GEMMs (before ppo.fused_grads it went to torch's update). The limit is lowered to
+    keep the run small: 8 samples a minibatch against 4."""
+    monkeypatch.setattr(fused, "MAX_FUSED_MINIBATCH", 4)
+    with caplog.at_level("INFO"):
+        summary = train(_cfg(), tmp_path / "run", progress=False)
+    assert summary["fused"] == "rollout+update" and summary["fused_grads"] == "gemm"
+    assert "the update's gradients by batched GEMMs (ppo.fused_grads=auto)" in caplog.text
+
+
+@pytest.mark.parametrize("grads", ["auto", "gemm"])
+def test_interrupted_fused_run_resumes_exactly(tmp_path, small_threads, monkeypatch, grads):
     """SIGTERM after two iterations, resume: the same losses as a run never interrupted, so the
-    fused Adam moments, the parameters, the envs and the RNG all came back."""
-    straight = train(_cfg(), tmp_path / "straight", progress=False)
+    fused Adam moments, the parameters, the envs and the RNG all came back (the gradient
+    kernel's update, and the batched GEMMs')."""
+    straight = train(_cfg(**{"ppo.fused_grads": grads}), tmp_path / "straight", progress=False)
     assert straight["fused"] == "rollout+update"
     original = Trainer._iterate
     calls = []
@@ -76,10 +101,10 @@ def test_interrupted_fused_run_resumes_exactly(tmp_path, small_threads, monkeypa
         return out
 
     monkeypatch.setattr(Trainer, "_iterate", iterate_then_signal)
-    first = train(_cfg(), tmp_path / "cut", progress=False)
+    first = train(_cfg(**{"ppo.fused_grads": grads}), tmp_path / "cut", progress=False)
     assert first["interrupted"] and first["total_steps"] == 32
     monkeypatch.setattr(Trainer, "_iterate", original)
-    train(_cfg(), tmp_path / "cut", resume=True, progress=False)
+    train(_cfg(**{"ppo.fused_grads": grads}), tmp_path / "cut", resume=True, progress=False)
     keys = ("global_step", "losses/policy", "losses/value", "losses/approx_kl")
     want = [{k: r[k] for k in keys} for r in read_metrics(tmp_path / "straight" / "metrics.jsonl")]
     got = [{k: r[k] for k in keys} for r in read_metrics(tmp_path / "cut" / "metrics.jsonl")]
@@ -100,9 +125,11 @@ def test_auto_keeps_the_general_path_on_a_cpu_learner(tmp_path):
     assert t.fused is None and t._fused_path() is None
 
 
-def test_big_minibatches_keep_torchs_update(tmp_path, small_threads, monkeypatch):
+def test_with_the_kernel_asked_for_big_minibatches_keep_torchs_update(tmp_path, small_threads,
+                                                                      monkeypatch):  # fmt: skip
     monkeypatch.setattr(fused, "MAX_FUSED_MINIBATCH", 4)  # 8 steps x 2 envs / 2 = 8 samples
-    summary = train(_cfg(**{"train.total_steps": 32}), tmp_path / "run", progress=False)
+    cfg = _cfg(**{"train.total_steps": 32, "ppo.fused_grads": "kernel"})
+    summary = train(cfg, tmp_path / "run", progress=False)
     assert summary["fused"] == "rollout"
     assert trainer_mod  # the module under test
 
@@ -116,6 +143,7 @@ def test_a_compiled_update_is_captured_and_steps_as_the_eager_one(tmp_path, monk
     runs = {}
     for compiled in (False, True):
         cfg = _cfg(**{"ppo.compile_update": compiled, "train.cuda_graphs": True,
+                      "ppo.fused_grads": "kernel",  # beyond the kernel: torch's, not GEMMs
                       "env.num_envs": 64, "ppo.num_steps": 32, "ppo.num_minibatches": 2,
                       "ppo.hidden_sizes": [64, 64], "train.total_steps": 64 * 32 * 4})  # fmt: skip
         summary = train(cfg, tmp_path / f"run{compiled}", progress=False)

@@ -120,21 +120,24 @@ def _purejaxrl(cfg: Config) -> None:
 
 @pytest.mark.gpu
 @pytest.mark.parametrize(
-    "num_envs,graphs,path",
+    "num_envs,graphs,grads,path",
     [
-        (4, False, "rollout+update"),
-        (4, True, "rollout+update"),
-        (4096, False, "rollout"),
-        (4096, True, "rollout"),
+        (4, False, "auto", "rollout+update"),
+        (4, True, "auto", "rollout+update"),
+        (4096, False, "auto", "rollout+update"),
+        (4096, True, "auto", "rollout+update"),
+        (4096, True, "kernel", "rollout"),
     ],
 )
-def test_cuda_cartpole_solves_on_the_fused_kernels(tmp_path, num_envs, graphs, path):
+def test_cuda_cartpole_solves_on_the_fused_kernels(tmp_path, num_envs, graphs, grads, path):
     """PureJaxRL's settings (the benchmark's rows): 4 envs run every kernel, 4096 envs the
-    fused rollout with torch's update; eager and in a CUDA graph."""
+    fused rollout with the batched-GEMM gradients (ppo.fused_grads=auto) or, with the gradient
+    kernel asked for, torch's update; eager and in a CUDA graph."""
     steps = 500_000 if num_envs == 4 else num_envs * 128 * 100
     cfg = _cartpole("cuda", cuda_graphs=graphs, total_steps=steps)
     cfg.env.num_envs = num_envs
     cfg.ppo.fused = "auto"
+    cfg.ppo.fused_grads = grads
     _purejaxrl(cfg)
     summary = train(cfg, tmp_path / "run", progress=False)
     assert summary["fused"] == path
@@ -143,14 +146,16 @@ def test_cuda_cartpole_solves_on_the_fused_kernels(tmp_path, num_envs, graphs, p
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("fused", ["off", "auto"])
-def test_many_agents_solve_on_graphs_and_on_the_fused_kernels(tmp_path, fused):
-    """16 agents with PureJaxRL's CartPole settings (the benchmark's 512-agent row). The CPU
-    preset is tuned for one agent's wall time: with it, 16 agents' mean fell short of 475 in
-    1e5 steps on the H200 (some seeds are slow), so it is not what this test asks."""
+@pytest.mark.parametrize("fused,grads", [("off", "auto"), ("auto", "auto"), ("auto", "gemm")])
+def test_many_agents_solve_on_graphs_and_on_the_fused_kernels(tmp_path, fused, grads):
+    """16 agents with PureJaxRL's CartPole settings (the benchmark's 512-agent row), on the
+    gradient kernel (auto) and on the batched GEMMs. The CPU preset is tuned for one agent's
+    wall time: with it, 16 agents' mean fell short of 475 in 1e5 steps on the H200 (some seeds
+    are slow), so it is not what this test asks."""
     cfg = _cartpole("cuda", num_agents=16, cuda_graphs=True, total_steps=500_000)
     cfg.env.num_envs = 4
     cfg.ppo.fused = fused
+    cfg.ppo.fused_grads = grads
     _purejaxrl(cfg)
     summary = train(cfg, tmp_path / "run", progress=False)
     assert summary["cuda_graphs"] is True and len(summary["agents"]) == 16
