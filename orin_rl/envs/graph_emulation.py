@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -183,6 +183,7 @@ class EmulatedGraph:
     def __init__(self) -> None:
         self.ops: list[tuple] = []
         self.warp_launches = 0
+        self._in_warp_capture = False
 
     @contextlib.contextmanager
     def recording(self) -> Iterator[None]:
@@ -192,7 +193,8 @@ class EmulatedGraph:
         ops = self.ops
 
         def recorded_launch(*args: Any, **kwargs: Any) -> Any:
-            ops.append(("warp", launch, args, kwargs, None))
+            if not self._in_warp_capture:  # else Warp's own capture records it (warp_graph)
+                ops.append(("warp", launch, args, kwargs, None))
             return launch(*args, **kwargs)
 
         def host_read(*args: Any, **kwargs: Any) -> Any:
@@ -216,6 +218,22 @@ class EmulatedGraph:
             recorder.undo()  # what the work wrote goes back: a capture changes no tensor
             torch.set_rng_state(rng)  # nor the generator
         self.warp_launches = sum(op[0] == "warp" for op in ops)
+
+    def warp_graph(self, device: Any, work: Callable[[], Any]) -> Any:
+        """Inside ``recording()``: ``work``'s Warp operations (kernels, copies, memsets,
+        ``capture_while`` loops) captured by Warp's own capture on its CPU device, recorded as
+        one launch of that graph. Like a CUDA capture it runs nothing now: what ``work``
+        would write stays as it is until a replay."""
+        import warp as wp
+
+        self._in_warp_capture = True
+        try:
+            with wp.ScopedCapture(device=device) as scope:
+                out = work()
+        finally:
+            self._in_warp_capture = False
+        self.ops.append(("warp", wp.capture_launch, (scope.graph,), {}, None))
+        return out
 
     def replay(self) -> None:
         for kind, func, args, kwargs, out in self.ops:

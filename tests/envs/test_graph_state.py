@@ -198,3 +198,47 @@ def test_a_failed_recording_leaves_nothing_written_and_host_reads_raise():
             read()
     recover()
     assert a.tolist() == [0.0, 0.0]  # restored after the recording
+
+
+def test_warp_work_in_a_recording_is_captured_by_warp_and_replayed_in_its_place():
+    """A torch op, then Warp work (a ``capture_while`` loop halving a value while it is over
+    1, the loop's count read from the data at each replay), then a torch op, recorded with
+    ``EmulatedGraph.warp_graph``: the recording changes nothing (Warp's capture runs nothing,
+    the torch writes are undone), and each replay runs the three in order (mutations: the
+    Warp work run eagerly inside the recording; its kernels also recorded launch by launch;
+    either breaks the values)."""
+    wp = pytest.importorskip("warp")
+
+    @wp.kernel
+    def halve(a: wp.array(dtype=wp.float32), over: wp.array(dtype=wp.int32)):
+        a[0] = a[0] * 0.5
+        over[0] = wp.where(a[0] > 1.0, 1, 0)
+
+    device = wp.get_device("cpu")
+    buf = wp.array([8.0], dtype=wp.float32, device=device)
+    over = wp.array([1], dtype=wp.int32, device=device)
+    x = wp.to_torch(buf)
+
+    def loop() -> None:
+        over.fill_(1)
+        wp.capture_while(over, lambda: wp.launch(halve, dim=1, inputs=[buf, over]))
+
+    def eager(v: float) -> float:
+        v += 1.0
+        while True:
+            v *= 0.5
+            if v <= 1.0:
+                break
+        return v * 3.0
+
+    graph = EmulatedGraph()
+    with graph.recording():
+        x.add_(1.0)
+        graph.warp_graph(device, loop)
+        x.mul_(3.0)
+    assert x.tolist() == [8.0]
+    want = 8.0
+    for _ in range(3):
+        graph.replay()
+        want = eager(want)
+        assert x.tolist() == [want]
