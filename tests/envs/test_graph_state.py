@@ -200,6 +200,44 @@ def test_a_failed_recording_leaves_nothing_written_and_host_reads_raise():
     assert a.tolist() == [0.0, 0.0]  # restored after the recording
 
 
+def test_state_rebound_with_every_holder_of_its_memory_is_chained():
+    """As mjlab's terrain-height sensor at every ``sense()``: a fresh stack bound to two
+    attributes and its first row to a third, and a fresh view of the same buffer (a Warp
+    array's ``wp.to_torch``). Every binding of the old stack's memory is rebound alike, so
+    the three are chained (copied back into the old stack, which a replay then reads); the
+    view of the same memory is no change. Three replays: what three eager calls leave
+    (mutations: any shared rebinding refused; the same view counted as a rebinding: refused)."""
+
+    class Sensor:
+        def __init__(self):
+            self.frames = torch.zeros(2, 3)
+            self.cached = self.frames
+            self.first = self.frames[:, 0]
+            self.out = torch.zeros(4)
+            self.view = self.out.view(2, 2)
+
+        def sense(self, x: torch.Tensor) -> None:
+            frames = self.frames + x
+            self.frames = self.cached = frames
+            self.first = frames[:, 0]
+            self.view = self.out.view(2, 2)
+
+    obj = Sensor()
+    graph = EmulatedGraph()
+    before = bindings(obj)
+    with graph.recording():
+        obj.sense(torch.ones(2, 3))
+        effects = Effects(before, bindings(obj))
+        assert not effects.refused, effects.refused
+        effects.copy_back()
+    assert len(effects.chained) == 3
+    for _ in range(3):
+        graph.replay()
+    assert torch.equal(obj.frames, torch.full((2, 3), 3.0)) and obj.cached is obj.frames
+    assert torch.equal(obj.first, torch.full((2,), 3.0))
+    assert obj.first.data_ptr() == obj.frames.data_ptr()
+
+
 def test_warp_work_in_a_recording_is_captured_by_warp_and_replayed_in_its_place():
     """A torch op, then Warp work (a ``capture_while`` loop halving a value while it is over
     1, the loop's count read from the data at each replay), then a torch op, recorded with
