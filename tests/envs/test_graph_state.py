@@ -239,44 +239,56 @@ def test_state_rebound_with_every_holder_of_its_memory_is_chained():
 
 
 def test_warp_work_in_a_recording_is_captured_by_warp_and_replayed_in_its_place():
-    """A torch op, then Warp work (a ``capture_while`` loop halving a value while it is over
-    1, the loop's count read from the data at each replay), then a torch op, recorded with
-    ``EmulatedGraph.warp_graph``: the recording changes nothing (Warp's capture runs nothing,
-    the torch writes are undone), and each replay runs the three in order (mutations: the
-    Warp work run eagerly inside the recording; its kernels also recorded launch by launch;
-    either breaks the values)."""
+    """A torch op, then Warp work (a kernel adding 10, then a ``capture_while`` loop halving
+    the value while it is over 1, the loop's count read from the data at each replay), then a
+    torch op, recorded with ``EmulatedGraph.warp_graph``: the recording changes nothing
+    (Warp's capture runs nothing, the torch writes are undone), and each replay runs the three
+    in order, the loop as many times as the data asks (mutations: the Warp work run eagerly
+    inside the recording; its kernels also recorded launch by launch, so replayed twice:
+    the values depart)."""
     wp = pytest.importorskip("warp")
 
     @wp.kernel
-    def halve(a: wp.array(dtype=wp.float32), over: wp.array(dtype=wp.int32)):
+    def halve(
+        a: wp.array(dtype=wp.float32), over: wp.array(dtype=wp.int32), n: wp.array(dtype=wp.int32)
+    ):
         a[0] = a[0] * 0.5
         over[0] = wp.where(a[0] > 1.0, 1, 0)
+        n[0] = n[0] + 1
+
+    @wp.kernel
+    def add_ten(a: wp.array(dtype=wp.float32)):
+        a[0] = a[0] + wp.float32(10.0)  # wp named in the body: Warp resolves it there
 
     device = wp.get_device("cpu")
     buf = wp.array([8.0], dtype=wp.float32, device=device)
     over = wp.array([1], dtype=wp.int32, device=device)
+    launches = wp.zeros(1, dtype=wp.int32, device=device)
     x = wp.to_torch(buf)
 
     def loop() -> None:
+        wp.launch(add_ten, dim=1, inputs=[buf])
         over.fill_(1)
-        wp.capture_while(over, lambda: wp.launch(halve, dim=1, inputs=[buf, over]))
+        wp.capture_while(over, lambda: wp.launch(halve, dim=1, inputs=[buf, over, launches]))
 
-    def eager(v: float) -> float:
-        v += 1.0
+    def eager(v: float) -> tuple[float, int]:
+        v, n = v + 11.0, 0
         while True:
-            v *= 0.5
+            v, n = v * 0.5, n + 1
             if v <= 1.0:
-                break
-        return v * 3.0
+                return v * 3.0, n
 
     graph = EmulatedGraph()
     with graph.recording():
         x.add_(1.0)
         graph.warp_graph(device, loop)
         x.mul_(3.0)
-    assert x.tolist() == [8.0]
-    want = 8.0
+    assert x.tolist() == [8.0] and launches.numpy()[0] == 0
+    want, counts = 8.0, []
     for _ in range(3):
         graph.replay()
-        want = eager(want)
+        want, n = eager(want)
+        counts.append(n)
         assert x.tolist() == [want]
+        assert launches.numpy()[0] == sum(counts)
+    assert counts == [5, 4, 4]
