@@ -138,14 +138,14 @@ def test_the_graphs_semantics_keep_mjlabs_step(task, step, caplog):
     work captured by Warp in its place, one Warp graph per ``sim.step``) and the rewards; on
     rough Go1 its capture is refused in one line (mjlab's ``upright`` reads the host) and the
     step runs as segments, mjlab's bit for bit all the same (mutations: the counters advanced
-    once less by the unit: the command curriculum and the observations depart; the Warp
-    calls recorded launch by launch: the solver's loop is frozen and the physics departs)."""
+    once less by the unit: mjlab's counters depart; the Warp calls left out of Warp's capture,
+    recorded launch by launch: the replay reads arrays freed since and crashes)."""
     import warp as wp
 
     from orin_rl.envs.mjlab_unit import turn_on
 
     actions = None
-    runs = {}
+    runs, counters = {}, {}
     for graphs in (False, True):
         ours = MjlabVecEnv(task, N, "cpu", EnvOptions(seed=3, max_episode_steps=EPISODE))
         actions = actions or _actions(3 * EPISODE + 2, ours.action_space.shape[0])
@@ -159,10 +159,12 @@ def test_the_graphs_semantics_keep_mjlabs_step(task, step, caplog):
         for a in actions:
             steps.append(ours.step(a))
             logs.append(sorted(ours.env.extras["log"]))
+        counters[graphs] = ours.env.common_step_counter, ours.env._sim_step_counter
         runs[graphs] = (steps, logs, ours.graph_report())
         ours.close()
     (eager, eager_logs, _), (graphed, graphed_logs, report) = runs[False], runs[True]
     _assert_mjlabs_steps(graphed, _mjlab_rollout("cpu", actions, task), exact=True)
+    assert counters[True] == counters[False]  # mjlab's Python counters (curricula read them)
     if task == ROUGH:  # the one unit refused, in one line; the rewards segment stays eager
         assert report["step"] == "segments" and "_linalg_eigh" in report["refused"]["physics"][0]
         warned = [r.message for r in caplog.records if "one-unit step off" in r.getMessage()]

@@ -307,14 +307,16 @@ def test_the_masked_step_is_the_same_eager_or_as_graphs(device, task, episode, s
     bit-reproducible even against itself (see ``test_mjlab._assert_mjlabs_steps``), so there
     the flags are held exactly all along and the values within 2e-3 over the first episode,
     before any masked reset draws. Rough Go1's ``upright`` reward is its graph-safe twin on
-    both sides (``mjlab_terms``: mjlab's ``eigh`` reads the host). Mutations (unit): the Warp
-    calls left out of Warp's capture (recorded launch by launch, run at the recording), the
-    solver loop then frozen: the physics departs; the sensor's chained state refused as shared:
-    the unit is refused, the step runs as segments."""
+    both sides (``mjlab_terms``: mjlab's ``eigh`` reads the host). Mutations (unit): the
+    sensor's chained state refused as shared, or the yaw twin not put on the sensors: the unit
+    is refused, the step runs as segments; the sensors not refreshed after sense, or the
+    terminal observation taken after the reset: the values depart; mjlab's step counter not
+    advanced: the counters depart; the Warp calls left out of Warp's capture (recorded launch
+    by launch): the replay reads arrays freed since and crashes."""
     from orin_rl.envs.mjlab_terms import use_graph_safe_terms
     from orin_rl.envs.mjlab_unit import turn_on
 
-    runs = {}
+    runs, counters = {}, {}
     for graphs in (False, True):
         env = MjlabVecEnv(task, 4, device, EnvOptions(seed=3, max_episode_steps=episode))
         if task == ROUGH:
@@ -337,9 +339,11 @@ def test_the_masked_step_is_the_same_eager_or_as_graphs(device, task, episode, s
             out.append(
                 tuple(x.cpu() for x in (s.obs, s.reward, s.terminated, s.truncated, s.final_obs))
             )
+        counters[graphs] = env.env.common_step_counter, env.env._sim_step_counter
         runs[graphs] = (out, env.graph_report(), env.pop_log())
         env.close()
     (eager, _, eager_log), (graphed, report, graphed_log) = runs[False], runs[True]
+    assert counters[True] == counters[False]  # mjlab's Python counters (curricula read them)
     for t, (a, b) in enumerate(zip(eager, graphed, strict=True)):
         if device == "cpu":
             assert all(torch.equal(x, y) for x, y in zip(a, b, strict=True)), t
