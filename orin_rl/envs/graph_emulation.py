@@ -7,8 +7,11 @@ mistakes a graphed step makes, and they are Python-level: this module reproduces
 GPU is. ``EmulatedGraph`` records every ATen operation (and every Warp kernel launch) that a
 function runs, and ``replay`` runs the recorded operations again on the recorded tensors,
 writing each result into the tensor the capture produced, as a graph writes into its memory
-pool. What a CUDA capture forbids (a host read of a device value, an output whose shape
-depends on the data) raises here too.
+pool. Warp work that a CUDA graph would hold too (the one-unit step's physics) goes through
+``warp_graph``: Warp's own capture on its CPU device records it without running it, and the
+replay launches that Warp graph in its place between the torch ops. What a CUDA capture
+forbids (a host read of a device value, an output whose shape depends on the data) raises here
+too.
 
 It is for tests (``SegmentedStep(..., emulate=True)`` on Warp's CPU device): the CPU is slow
 at it, and it does not model CUDA's streams.

@@ -28,7 +28,8 @@ holds the CUDA graphs against it.
 What a graph cannot keep, it does not capture: a segment that reads a Python-side buffer
 pointer (an actuator's command delay, an observation term's history or delay) stays eager, as
 does one whose Python a replay cannot redo (a counter, a list that grows); ``describe()`` says
-which segments are graphs.
+which segments are graphs. ``mjlab_unit`` captures the same work, mjlab's Warp kernels
+included, as one graph a step (``ORIN_RL_MJLAB_STEP=unit``).
 """
 
 from __future__ import annotations
