@@ -424,6 +424,47 @@ def test_a_tracking_task_without_its_motion_file_is_one_line():
 
 
 @pytest.mark.skipif(HAS_CUDA, reason="checks the CPU box's answer to a CUDA request")
+def test_the_step_mode_switch_reads_its_env_variable(monkeypatch):
+    """``ORIN_RL_MJLAB_STEP``: segments (today's step) unless it says unit; another value is
+    one line naming the two (mutation: unit by default fails)."""
+    from orin_rl.envs.mjlab_unit import STEP_ENV, mode_from_env
+
+    monkeypatch.delenv(STEP_ENV, raising=False)
+    assert mode_from_env() == "segments"
+    monkeypatch.setenv(STEP_ENV, "unit")
+    assert mode_from_env() == "unit"
+    monkeypatch.setenv(STEP_ENV, "one")
+    with pytest.raises(ValueError, match="segments, unit") as raised:
+        mode_from_env()
+    assert "\n" not in str(raised.value)
+
+
+def test_a_step_the_unit_cannot_hold_stays_in_segments_in_one_line(caplog):
+    """An observation term with history (a Python-side pointer no graph advances): the masked
+    step's unit would hold the observations, so the step stays in segments after one warning
+    naming the segment; with mjlab's eager resets the unit holds only the physics, which it
+    can (mutations: the segments' plan not consulted; the physics unit refused for the
+    observations' sake: fail)."""
+    from orin_rl.envs.mjlab_graph import SegmentedStep
+    from orin_rl.envs.mjlab_unit import turn_on
+
+    env = MjlabVecEnv(GO1, 2, "cpu", EnvOptions(seed=1))
+    env.env.observation_manager._group_obs_term_cfgs["actor"][0].history_length = 2
+    for masked in (True, False):
+        step = SegmentedStep(env.env, "critic")
+        if masked:
+            assert step.mask_resets() is None
+        why = turn_on(step)
+        if masked:
+            assert why is not None and "'observations'" in why and "history" in why, why
+            assert step.unit is None
+        else:
+            assert why is None and step.unit is not None and step.unit.name == "physics"
+    warned = [r.getMessage() for r in caplog.records if "one-unit step off" in r.getMessage()]
+    assert len(warned) == 1 and "\n" not in warned[0], warned
+    env.close()
+
+
 def test_cuda_without_a_gpu_is_one_line():
     with pytest.raises(EnvError, match="torch sees no CUDA GPU"):
         envs.make(GO1, 2, "cuda")
