@@ -95,7 +95,8 @@ def turn_on(step: SegmentedStep) -> str | None:
 
 
 class _Unit(_Segment):
-    """The masked step's device work as one segment whose capture holds Warp's work too."""
+    """The step's device work (masked resets: all of it; mjlab's eager resets: the physics and
+    the rewards) as one segment whose capture holds Warp's work too."""
 
     def __init__(self, step: SegmentedStep, name: str, fn: Any):
         super().__init__(name, fn, True, step)
@@ -128,7 +129,8 @@ class _Unit(_Segment):
         if step.use_graphs:
             step._check_settings()
         step._rebind()
-        # mjlab's counters, advanced where its step does (no captured work reads them)
+        # mjlab's counters as its step leaves them (a term reading one in the capture keeps
+        # what it read then, as in the segments' graphs)
         env._sim_step_counter += step.decimation
         env.common_step_counter += 1
         outputs, terminal, reset_log, obs = self()
