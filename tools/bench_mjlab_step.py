@@ -1,5 +1,7 @@
-"""One mjlab env step, three ways, in one process: mjlab's own ``env.step``, orin_rl's
-segmented step run eagerly, and the same segments replayed as CUDA graphs.
+"""One mjlab env step, several ways, in one process: mjlab's own ``env.step``, orin_rl's
+segmented step run eagerly, the same segments replayed as CUDA graphs (mjlab's eager resets,
+or ``masked``), and the masked step as one capture (``unit``: Warp's kernels inside torch's
+capture, ``mjlab_unit``).
 
 For each task: steps/s of ``num_envs`` worlds under random actions (resets included), and a
 torch profile of a few steps (CUDA kernels launched per step, host and device time), written
@@ -7,6 +9,7 @@ as JSON + Markdown. The ratio graphed / eager is the speed-up of the step alone;
 benchmark (``tools/bench_mjlab.py``) measures the whole loop against mjlab's runner.
 
     python tools/bench_mjlab_step.py --tasks Mjlab-Velocity-Flat-Unitree-Go1 --out OUT
+    python tools/bench_mjlab_step.py --modes masked,unit --out OUT   # one unit vs segments
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 TASKS = ("Mjlab-Velocity-Flat-Unitree-Go1", "Mjlab-Velocity-Flat-Unitree-G1")
+MODES = ("eager", "graphs", "masked", "unit")
+"""orin_rl's steps; mjlab's own runs first and last whatever is chosen."""
 
 
 def _timed(step, actions, warmup: int) -> float:
@@ -96,7 +101,7 @@ def bench_task(task: str, args) -> dict:
                  "random_episode_start": True}  # fmt: skip
     # mjlab's step runs first and again last: the two show whether order (a warmer GPU, a
     # fuller allocator, cached kernels) moves the figures.
-    for mode in ("mjlab", "eager", "graphs", "masked", "mjlab_last"):
+    for mode in ("mjlab", *args.modes, "mjlab_last"):
         env = MjlabVecEnv(task, n, "cuda", EnvOptions(seed=args.seed, random_episode_start=True))
         env.reset()
         g = torch.Generator(device="cuda").manual_seed(args.seed)
@@ -108,8 +113,8 @@ def bench_task(task: str, args) -> dict:
                 return env.env.step(a)
 
         else:
-            if mode in ("graphs", "masked"):  # masked: the reset path as graphs too
-                row[f"{mode}_plan"] = env.use_graphs(masked=mode == "masked")
+            if mode in ("graphs", "masked", "unit"):  # masked, unit: the reset path as graphs
+                row[f"{mode}_plan"] = env.use_graphs(masked=mode != "graphs", unit=mode == "unit")
             step = env.step
             env.final_obs_needed = False  # as training with the task's preset (rsl_rl's bootstrap)
             env._stepper.timings = {}  # host time per phase of the step
@@ -129,7 +134,7 @@ def bench_task(task: str, args) -> dict:
             continue
         prof = _profile(step, actions[: args.profile_steps])
         row.update({f"{mode}_{k}": v for k, v in prof.items()})
-        if mode in ("graphs", "masked"):
+        if mode in ("graphs", "masked", "unit"):
             row[mode] = env.graph_report()
         env.close()
         del env
@@ -137,9 +142,8 @@ def bench_task(task: str, args) -> dict:
         print(f"{task} {mode}: {row[f'{mode}_steps_per_s']:,.0f} steps/s", flush=True)
     # Ratios against the faster of mjlab's two runs (the conservative one).
     best = max(row["mjlab_steps_per_s"], row["mjlab_last_steps_per_s"])
-    row["graphs_vs_mjlab"] = row["graphs_steps_per_s"] / best
-    row["eager_vs_mjlab"] = row["eager_steps_per_s"] / best
-    row["masked_vs_mjlab"] = row["masked_steps_per_s"] / best
+    for mode in args.modes:
+        row[f"{mode}_vs_mjlab"] = row[f"{mode}_steps_per_s"] / best
     return row
 
 
@@ -147,7 +151,7 @@ def write(rows: list[dict], out: Path, meta: dict) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
     lines = [
-        f"# mjlab env step: mjlab's `env.step` vs orin_rl's segmented step ({meta['date']})",
+        f"# mjlab env step: mjlab's `env.step` vs orin_rl's steps ({meta['date']})",
         "",
         f"{meta['machine']}; torch {meta['torch']}. `{meta['command']}`",
         "",
@@ -156,7 +160,7 @@ def write(rows: list[dict], out: Path, meta: dict) -> None:
         "|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
-        for mode in ("mjlab", "eager", "graphs", "masked"):
+        for mode in ("mjlab", *(m for m in MODES if f"{m}_steps_per_s" in r)):
             lines.append(
                 f"| {r['task']} | {r['num_envs']} | {mode} | {r[f'{mode}_steps_per_s']:,.0f} | "
                 f"{r[f'{mode}_ms_per_step']:.2f} | {r[f'{mode}_kernels_per_step']:,.0f} | "
@@ -166,27 +170,33 @@ def write(rows: list[dict], out: Path, meta: dict) -> None:
     lines += ["", "Ratios (same process, same worlds and actions; against the faster of mjlab's "
               "two runs):", ""]  # fmt: skip
     for r in rows:
-        phases = r["masked_host_ms_per_step_by_phase"]
         lines.append(
             f"- {r['task']}: mjlab's step again at the end of the process: "
-            f"{r['mjlab_last_steps_per_s']:,.0f} steps/s (first: {r['mjlab_steps_per_s']:,.0f}). "
-            "Masked graphed step, host ms per step by phase: "
-            + ", ".join(f"{k} {v:.2f}" for k, v in phases.items())
+            f"{r['mjlab_last_steps_per_s']:,.0f} steps/s (first: {r['mjlab_steps_per_s']:,.0f})."
         )
-        lines.append(
-            f"- {r['task']}: masked resets and graphs / mjlab **{r['masked_vs_mjlab']:.2f}x** "
-            f"(graphed fraction of launches {r['masked_graphed_fraction']:.2f}), graphs with "
-            f"mjlab's eager resets / mjlab {r['graphs_vs_mjlab']:.2f}x (graphed fraction "
-            f"{r['graphs_graphed_fraction']:.2f}), eager segments / mjlab "
-            f"{r['eager_vs_mjlab']:.2f}x; masked: graphs {', '.join(r['masked']['graphs'])}; "
-            f"eager: {', '.join(r['masked']['eager']) or 'none'}"
-        )
+        for mode in (m for m in MODES if f"{m}_steps_per_s" in r):
+            report = r.get(mode, {})  # what ran as graphs (graphed modes)
+            graphs = f"; graphs {', '.join(report['graphs'])}" if report else ""
+            eager = f"; eager: {', '.join(report['eager']) or 'none'}" if report else ""
+            phases = r[f"{mode}_host_ms_per_step_by_phase"]
+            lines.append(
+                f"- {r['task']}, {mode}: / mjlab **{r[f'{mode}_vs_mjlab']:.2f}x** (graphed "
+                f"fraction of launches {r[f'{mode}_graphed_fraction']:.2f}, graph launches a "
+                f"step {r[f'{mode}_graph_launches_per_step']:.1f}){graphs}{eager}; host ms a "
+                "step by phase: " + ", ".join(f"{k} {v:.2f}" for k, v in phases.items())
+            )
     out.with_suffix(".md").write_text("\n".join(lines) + "\n")
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--tasks", default=",".join(TASKS))
+    p.add_argument(
+        "--modes",
+        type=lambda s: tuple(m for m in s.split(",") if m),
+        default=MODES,
+        help=f"orin_rl's steps to time, of {','.join(MODES)} (mjlab's own always runs)",
+    )
     p.add_argument("--num-envs", type=int, default=4096)
     p.add_argument("--steps", type=int, default=120, help="steps per mode, warm-up included")
     p.add_argument("--warmup", type=int, default=20)
@@ -194,6 +204,9 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--out", type=Path, default=ROOT / "docs/benchmarks/mjlab_step_h200")
     args = p.parse_args()
+    unknown = sorted(set(args.modes) - set(MODES))
+    if unknown:
+        p.error(f"--modes: {', '.join(unknown)} unknown; choose from {', '.join(MODES)}")
     import torch
 
     meta = {

@@ -3,6 +3,9 @@
 # wheels with stage-wheels.sh, then ../shared/peers/mjlab/stage.sh; /tmp/site and /tmp/mjl).
 #   bash tools/h200_mjlab.sh tests    the gpu tests of the runners, envs and algorithms
 #   bash tools/h200_mjlab.sh step [TASKS]   the env step alone (tools/bench_mjlab_step.py)
+#   bash tools/h200_mjlab.sh unit [TASKS]   issue 53: the one-unit step (ORIN_RL_MJLAB_STEP=unit)
+#       against the segmented one: its gpu tests against mjlab's step (masked and eager resets),
+#       then the step alone, masked segments beside the one unit, in one process
 #   bash tools/h200_mjlab.sh TASK N          bench_mjlab on TASK (N iterations; runs in /tmp/work)
 #   bash tools/h200_mjlab.sh TASK N deploy   export that run, run it 3,000 ticks at 50 Hz
 #   bash tools/h200_mjlab.sh suite TASK SEEDS N   issue 59's rows: ours and mjlab's train on TASK,
@@ -24,6 +27,14 @@ fi
 if [ "$1" = step ]; then  # the env step alone: mjlab's, ours eager, ours as CUDA graphs
   python3 tools/bench_mjlab_step.py --tasks "${2:-Mjlab-Velocity-Flat-Unitree-Go1,Mjlab-Velocity-Flat-Unitree-G1}" \
     --out "$OUT/mjlab_step_h200" 2>&1 | grep -v "^\[INFO\]\|^Module " | tail -25
+  exit 0
+fi
+if [ "$1" = unit ]; then
+  python3 -m pytest -q -m gpu -p no:cacheprovider tests/envs/test_mjlab_masked.py tests/envs/test_mjlab.py \
+    -k "same_eager_or_as_graphs or graphed_step_is_mjlabs_step" 2>&1 | tail -25
+  python3 tools/bench_mjlab_step.py --modes masked,unit \
+    --tasks "${2:-Mjlab-Velocity-Flat-Unitree-Go1,Mjlab-Velocity-Flat-Unitree-G1}" \
+    --out "$OUT/mjlab_step_unit_h200" 2>&1 | grep -v "^\[INFO\]\|^Module " | tail -25
   exit 0
 fi
 if [ "$1" = suite ]; then

@@ -7,8 +7,11 @@ mistakes a graphed step makes, and they are Python-level: this module reproduces
 GPU is. ``EmulatedGraph`` records every ATen operation (and every Warp kernel launch) that a
 function runs, and ``replay`` runs the recorded operations again on the recorded tensors,
 writing each result into the tensor the capture produced, as a graph writes into its memory
-pool. What a CUDA capture forbids (a host read of a device value, an output whose shape
-depends on the data) raises here too.
+pool. Warp work that a CUDA graph would hold too (the one-unit step's physics) goes through
+``warp_graph``: Warp's own capture on its CPU device records it without running it, and the
+replay launches that Warp graph in its place between the torch ops. What a CUDA capture
+forbids (a host read of a device value, an output whose shape depends on the data) raises here
+too.
 
 It is for tests (``SegmentedStep(..., emulate=True)`` on Warp's CPU device): the CPU is slow
 at it, and it does not model CUDA's streams.
@@ -18,7 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -199,6 +202,7 @@ class EmulatedGraph:
         self.warp_launches = 0
         self.generators = list(generators)
         self.launchers = list(launchers)
+        self._in_warp_capture = False
 
     @contextlib.contextmanager
     def recording(self) -> Iterator[None]:
@@ -209,7 +213,8 @@ class EmulatedGraph:
         tolist, numpy = torch.Tensor.tolist, torch.Tensor.numpy
 
         def recorded_launch(*args: Any, **kwargs: Any) -> Any:
-            ops.append(("warp", launch, args, kwargs, None))
+            if not self._in_warp_capture:  # else Warp's own capture records it (warp_graph)
+                ops.append(("warp", launch, args, kwargs, None))
             return launch(*args, **kwargs)
 
         def recorded(fn: Any) -> Any:
@@ -252,6 +257,22 @@ class EmulatedGraph:
             for g, state in zip(self.generators, states, strict=True):
                 g.set_state(state)
         self.warp_launches = sum(op[0] == "warp" for op in ops)
+
+    def warp_graph(self, device: Any, work: Callable[[], Any]) -> Any:
+        """Inside ``recording()``: ``work``'s Warp operations (kernels, copies, memsets,
+        ``capture_while`` loops) captured by Warp's own capture on its CPU device, recorded as
+        one launch of that graph. Like a CUDA capture it runs nothing now: what ``work``
+        would write stays as it is until a replay."""
+        import warp as wp
+
+        self._in_warp_capture = True
+        try:
+            with wp.ScopedCapture(device=device) as scope:
+                out = work()
+        finally:
+            self._in_warp_capture = False
+        self.ops.append(("warp", wp.capture_launch, (scope.graph,), {}, None))
+        return out
 
     def replay(self) -> None:
         # below autograd, as a graph's kernels are: the recorded ops include in-place writes

@@ -143,6 +143,25 @@ def _under_caches(snapshot: Snapshot) -> set[int]:
     return out
 
 
+def _memory(t: torch.Tensor) -> int:
+    """The storage ``t`` views (one key for a tensor, its views and their aliases)."""
+    return t.untyped_storage().data_ptr()
+
+
+def _same_view(a: Any, b: Any) -> bool:
+    """Two tensors that view the same memory the same way (a fresh ``wp.to_torch`` of one
+    Warp array): one state, nothing to copy back."""
+    return (
+        isinstance(a, torch.Tensor)
+        and isinstance(b, torch.Tensor)
+        and a.data_ptr() == b.data_ptr()
+        and a.shape == b.shape
+        and a.stride() == b.stride()
+        and a.dtype == b.dtype
+        and a.device == b.device
+    )
+
+
 def _same_layout(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a.shape == b.shape and a.dtype == b.dtype and a.device == b.device
 
@@ -157,13 +176,19 @@ class Effects:
         self._undo: list[tuple[Any, Any, Any, bool]] = []  # container, key, old value, existed
         containers_before = {id(c) for c, _, _ in before.values()}
         holders: dict[int, int] = {}
+        by_memory: dict[int, list[tuple[int, Any]]] = {}  # a storage: the bindings viewing it
+        whole: set[int] = set()  # storages some binding views whole
         caches = _under_caches(before)
-        for container, key, value in before.values():
+        for index, (container, key, value) in before.items():
             if isinstance(value, torch.Tensor) and key is not WALKED:
                 if id(container) in caches:
                     continue  # a sensor's cached copy: the cache key and sync_cache keep it
                 holders[id(value)] = holders.get(id(value), 0) + 1
+                by_memory.setdefault(_memory(value), []).append(index)
+                if value.numel() * value.element_size() == value.untyped_storage().nbytes():
+                    whole.add(_memory(value))
         self._old_tensors = set(holders)
+        shared: list[tuple[Any, Any, torch.Tensor, torch.Tensor]] = []
         containers_after = {id(c) for c, _, _ in after.values()}
         for index, (container, key, value) in after.items():
             if key is WALKED:
@@ -179,21 +204,34 @@ class Effects:
                     self._undo.append((container, key, None, False))
                 continue
             was = old[2]
-            if was is value or _same_scalar(was, value):
+            if was is value or _same_scalar(was, value) or _same_view(was, value):
                 continue
             self._undo.append((container, key, was, True))
             if isinstance(was, torch.Tensor) and isinstance(value, torch.Tensor):
                 if not _same_layout(was, value):
                     self.refused.append(f"{_name(container, key)} rebound to another shape")
                 elif was._base is not None or holders.get(id(was), 0) > 1:
-                    # copying into it would change what else holds it, which eager code leaves
-                    self.refused.append(f"{_name(container, key)} rebound from a shared tensor")
+                    shared.append((container, key, was, value))  # chained if all its holders are
                 else:
                     self.chained.append((container, key, was, value))
             elif isinstance(was, int | float) and not isinstance(was, bool):
                 self.refused.append(f"{_name(container, key)} counts in Python ({was} -> {value})")
             else:
                 self.rebind.append((container, key, value))
+        for container, key, was, value in shared:
+            memory = _memory(was)
+            moved = [
+                index in after
+                and isinstance(after[index][2], torch.Tensor)
+                and after[index][2] is not before[index][2]
+                for index in by_memory[memory]
+            ]
+            # chained where the task holds all of that memory (one binding views it whole) and
+            # rebinds every binding on it in this capture (a stack, its first row, an alias)
+            if memory in whole and all(moved):
+                self.chained.append((container, key, was, value))
+            else:  # copying into it would change what else holds it, which eager code leaves
+                self.refused.append(f"{_name(container, key)} rebound from a shared tensor")
         for index, (container, key, was) in before.items():
             if index not in after and id(container) in containers_after:
                 self.refused.append(f"{_name(container, key)} deleted")

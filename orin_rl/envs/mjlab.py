@@ -310,13 +310,17 @@ class MjlabVecEnv(VecEnv):
             self._episode_log.after_step(done)
         return StepResult(next_obs, reward, terminated, truncated, final_obs)
 
-    def use_graphs(self, masked: bool | None = None) -> dict[str, Any] | None:
+    def use_graphs(
+        self, masked: bool | None = None, unit: bool | None = None
+    ) -> dict[str, Any] | None:
         """Run the step's device work as CUDA graphs (CUDA only; each segment captured the
         second time it runs): the segments that become graphs and those that stay eager, or
         None on the CPU and with ``ORIN_RL_MJLAB_GRAPHS=0`` (mjlab's eager step throughout).
         With ``masked`` (the default; ``ORIN_RL_MJLAB_MASKED=0`` turns it off) the reset path
         runs as masked device code too (``mjlab_masked``) where the task's terms have twins;
         terms with a graph-safe twin (``mjlab_terms``: rough terrain's ``upright``) use it.
+        With ``unit`` (default: ``ORIN_RL_MJLAB_STEP=unit``) the whole step is one capture,
+        Warp's kernels inside torch's (``mjlab_unit``), where it can be; else the segments.
         The ``gpu`` test holds the graphed step against mjlab's own (H200, Go1 and G1)."""
         if self.device.type != "cuda" or os.environ.get(GRAPHS_ENV) == "0":
             return None
@@ -328,7 +332,12 @@ class MjlabVecEnv(VecEnv):
             masked = os.environ.get(MASKED_ENV) != "0"
         why = self._stepper.mask_resets() if masked else "masked resets off"
         plan = self._stepper.describe_plan()
-        return {**plan, "masked_resets": why or "on", "graph_safe_terms": twins}
+        from orin_rl.envs.mjlab_unit import mode_from_env, turn_on
+
+        if unit is None:
+            unit = mode_from_env() == "unit"
+        step = (turn_on(self._stepper) or "unit") if unit else "segments"
+        return {**plan, "masked_resets": why or "on", "graph_safe_terms": twins, "step": step}
 
     def deploy_contract(self) -> dict[str, Any]:
         """What a robot needs to run this task's policy (``policy.json``'s ``deploy``)."""

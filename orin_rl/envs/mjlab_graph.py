@@ -28,7 +28,8 @@ holds the CUDA graphs against it.
 What a graph cannot keep, it does not capture: a segment that reads a Python-side buffer
 pointer (an actuator's command delay, an observation term's history or delay) stays eager, as
 does one whose Python a replay cannot redo (a counter, a list that grows); ``describe()`` says
-which segments are graphs.
+which segments are graphs. ``mjlab_unit`` captures the same work, mjlab's Warp kernels
+included, as one graph a step (``ORIN_RL_MJLAB_STEP=unit``).
 """
 
 from __future__ import annotations
@@ -150,7 +151,7 @@ class _Segment:
         step = self.step
         if not (step.use_graphs and self.graphable) or self.refused:
             return self._eager()
-        key = step.cache_key()
+        key = self.key()
         variant = self.variants.get(key, _UNSEEN)
         if variant is _UNSEEN:
             if len(self.variants) >= MAX_VARIANTS:
@@ -175,6 +176,14 @@ class _Segment:
             return self._eager()
         self.replays += 1
         return result
+
+    def key(self) -> tuple:
+        """What its captures are kept by: the step's ``cache_key``."""
+        return self.step.cache_key()
+
+    def recording(self, graph: Any) -> contextlib.AbstractContextManager:
+        """Around the work while ``graph`` records it: nothing for a segment (no Warp work)."""
+        return contextlib.nullcontext()
 
     def _eager(self) -> Any:
         """The segment's work as mjlab's code does it; graphs replayed later restore first."""
@@ -203,7 +212,8 @@ class _Segment:
         effects: Effects | None = None
         try:
             with step.list_indices(), context:
-                result = self.fn()
+                with self.recording(graph):
+                    result = self.fn()
                 effects = Effects(before, bindings(step.env))
                 if not effects.refused:
                     effects.copy_back()
@@ -274,6 +284,8 @@ class SegmentedStep:
         self.masked: MaskedReset | None = None
         """The reset path as masked device code (``mask_resets``), else mjlab's eager one."""
         self.masked_segments: list[_Segment] = []
+        self.unit: _Segment | None = None
+        """The whole step as one capture (``mjlab_unit.turn_on``), else None."""
         self.resets = "eager"
         """How resets run: "masked", "eager", or why the task's could not be masked."""
         self._terms = (_scalar_settings(env), ())
@@ -296,8 +308,18 @@ class SegmentedStep:
 
     @property
     def _every(self) -> list[_Segment]:
-        """The segments in the order a step runs them."""
-        return [*self.segments, *self.masked_segments, self.observe, self.terminal]
+        """The segments in the order a step runs them (the one unit first, where it is on)."""
+        unit = [self.unit] if self.unit is not None else []
+        return [*unit, *self.segments, *self.masked_segments, self.observe, self.terminal]
+
+    @property
+    def _in_use(self) -> list[_Segment]:
+        """What runs a step: the one unit, or the segments (also once the unit was refused)."""
+        if self.unit is None or self.unit.refused:
+            return self._every
+        if self.masked is not None:
+            return [self.unit]
+        return [self.unit, self.observe, self.terminal]
 
     @property
     def captured(self) -> bool:
@@ -409,6 +431,8 @@ class SegmentedStep:
 
     def _step(self, action: torch.Tensor) -> tuple[Any, ...]:
         """mjlab 1.6's ``ManagerBasedRlEnv.step`` with ``auto_reset=True``, line for line."""
+        if self.unit is not None and not self.unit.refused and self.masked is not None:
+            return self.unit.run(action)  # type: ignore[attr-defined]
         env = self.env
         t = self._clock(0.0, "")
         self._log.clear()
@@ -419,16 +443,7 @@ class SegmentedStep:
         if self.use_graphs:
             self._check_settings()
         self._rebind()
-        segments = iter(self.segments)
-        next(segments)()
-        for k in range(self.decimation):
-            env._sim_step_counter += 1
-            env.sim.step()
-            if k == self.decimation - 1:
-                env.common_step_counter += 1  # before terminations and rewards, as mjlab
-                outputs = next(segments)()
-            else:
-                next(segments)()
+        outputs = self._physics()
         env.reset_buf, env.reset_terminated, env.reset_time_outs, env.reward_buf = outputs
         t = self._clock(t, "physics and rewards")
         if self.masked is not None:
@@ -481,6 +496,26 @@ class SegmentedStep:
             env.extras,
             terminal,
         )
+
+    def _physics(self) -> tuple[torch.Tensor, ...]:
+        """The decimation loop and the rewards: one capture where the one unit holds them
+        (with mjlab's eager resets), else the segments with mjlab's Warp graphs between."""
+        env = self.env
+        if self.unit is not None and not self.unit.refused:
+            env._sim_step_counter += self.decimation  # mjlab's counters: no graph reads them
+            env.common_step_counter += 1
+            return self.unit()
+        segments = iter(self.segments)
+        next(segments)()
+        for k in range(self.decimation):
+            env._sim_step_counter += 1
+            env.sim.step()
+            if k == self.decimation - 1:
+                env.common_step_counter += 1  # before terminations and rewards, as mjlab
+                outputs = next(segments)()
+            else:
+                next(segments)()
+        return outputs
 
     def _terminal_observation(self) -> torch.Tensor:
         """The terminal group's observation of the state the worlds reached (before reset):
@@ -537,10 +572,11 @@ class SegmentedStep:
         }
 
     def describe(self) -> dict[str, Any]:
-        every = self._every
+        every, used = self._every, self._in_use
         return {
-            "graphs": [s.name for s in every if s.captured],
-            "eager": [s.name for s in every if not s.captured],
+            "step": "unit" if self.unit is not None and not self.unit.refused else "segments",
+            "graphs": [s.name for s in used if s.captured],
+            "eager": [s.name for s in used if not s.captured],
             "captures": {s.name: sum(v is not None for v in s.variants.values()) for s in every},
             "replays": {s.name: s.replays for s in every},
             "refused": {s.name: s.refused for s in every if s.refused},

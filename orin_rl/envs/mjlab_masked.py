@@ -446,10 +446,18 @@ def masked_tail(step: Any, t: float) -> tuple[Any, ...]:
     if step.use_graphs:
         step._check_settings()
     step._rebind()
-    obs = step.observe()
+    return masked_result(step, step.observe(), reset_log, terminal, step._clock(t, "observations"))
+
+
+def masked_result(
+    step: Any, obs: dict, reset_log: dict, terminal: torch.Tensor | None, t: float
+) -> tuple[Any, ...]:
+    """The masked step's end, on the host: the observations bound where mjlab keeps them, the
+    reset's and the curricula's logs, the recorders; what ``env.step`` returns, and the
+    terminal observation."""
+    env, m = step.env, step.masked
     env.obs_buf = obs
     env.observation_manager._obs_buffer = obs
-    t = step._clock(t, "observations")
     env.extras["log"].update(reset_log)
     env.extras["log"].update(m.curriculum_log())
     env.extras["log_weight"] = m.any_reset

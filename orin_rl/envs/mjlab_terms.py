@@ -8,6 +8,13 @@ same normal in closed form (the symmetric 3x3 eigenvalues by the trigonometric f
 smallest one's eigenvector as the largest cross product of two rows of ``A - l I``), in float64,
 with elementwise ops only; ``use_graph_safe_terms`` swaps it in for mjlab's fit inside the
 reward term's call (and only there).
+
+mjlab's raycast sensor (the terrain height scan, and the flat tasks' foot-height rays) aligns
+its rays with the robot's yaw and checks on the host whether any world is pitched past the
+yaw's singularity (``if singular.any()``) before it takes those worlds' yaw from the Y axis.
+``extract_yaw_rotation`` computes both and keeps the Y axis's where a world is singular: the
+same numbers, no host read (``use_graph_safe_sensors``; the one-unit step needs it, since
+``sim.sense`` is inside its capture).
 """
 
 from __future__ import annotations
@@ -108,6 +115,43 @@ def _plane_fit(fit: Any):
         yield
     finally:
         terrain_utils.fit_terrain_normal = original
+
+
+def extract_yaw_rotation(rot_mat: torch.Tensor) -> torch.Tensor:
+    """mjlab's ``RayCastSensor._extract_yaw_rotation`` (mjlab 1.6) without its host branch:
+    the yaw-only rotation ``[B, 3, 3]`` of ``rot_mat``, from the Y axis where the X axis is
+    within 0.1 of vertical, every value as mjlab's."""
+    x_proj = rot_mat[:, :, 0].clone()
+    x_proj[:, 2] = 0
+    x_norm = x_proj.norm(dim=1)
+    singular = x_norm < 0.1
+    y_proj = rot_mat[:, :, 1].clone()
+    y_proj[:, 2] = 0
+    y_proj = y_proj / y_proj.norm(dim=1).clamp(min=1e-6).unsqueeze(-1)
+    x_from_y = torch.zeros_like(y_proj)  # the Y axis turned -90 degrees about Z: [y_y, -y_x]
+    x_from_y[:, 0] = y_proj[:, 1]
+    x_from_y[:, 1] = -y_proj[:, 0]
+    x_proj = torch.where(singular.unsqueeze(-1), x_from_y, x_proj)
+    x_norm = torch.where(singular, torch.ones_like(x_norm), x_norm).clamp(min=1e-6)
+    x_proj = x_proj / x_norm.unsqueeze(-1)
+    yaw_mat = torch.zeros((rot_mat.shape[0], 3, 3), device=rot_mat.device, dtype=rot_mat.dtype)
+    yaw_mat[:, 0, 0] = x_proj[:, 0]
+    yaw_mat[:, 1, 0] = x_proj[:, 1]
+    yaw_mat[:, 0, 1] = -x_proj[:, 1]
+    yaw_mat[:, 1, 1] = x_proj[:, 0]
+    yaw_mat[:, 2, 2] = 1
+    return yaw_mat
+
+
+def use_graph_safe_sensors(env: Any) -> list[str]:
+    """Swap ``extract_yaw_rotation`` in for the yaw-aligned raycast sensors' own (on each
+    sensor object); the names of those swapped."""
+    swapped = []
+    for name, sensor in getattr(env.scene, "sensors", {}).items():
+        if getattr(getattr(sensor, "cfg", None), "ray_alignment", None) == "yaw":
+            sensor._extract_yaw_rotation = extract_yaw_rotation
+            swapped.append(name)
+    return swapped
 
 
 def use_graph_safe_terms(env: Any) -> list[str]:

@@ -234,3 +234,97 @@ def test_a_failed_recording_leaves_nothing_written_and_host_reads_raise():
             read()
     recover()
     assert a.tolist() == [0.0, 0.0]  # restored after the recording
+
+
+def test_state_rebound_with_every_holder_of_its_memory_is_chained():
+    """As mjlab's terrain-height sensor at every ``sense()``: a fresh stack bound to two
+    attributes and its first row to a third, and a fresh view of the same buffer (a Warp
+    array's ``wp.to_torch``). Every binding of the old stack's memory is rebound alike, so
+    the three are chained (copied back into the old stack, which a replay then reads); the
+    view of the same memory is no change. Three replays: what three eager calls leave
+    (mutations: any shared rebinding refused; the same view counted as a rebinding: refused)."""
+
+    class Sensor:
+        def __init__(self):
+            self.frames = torch.zeros(2, 3)
+            self.cached = self.frames
+            self.first = self.frames[:, 0]
+            self.out = torch.zeros(4)
+            self.view = self.out.view(2, 2)
+
+        def sense(self, x: torch.Tensor) -> None:
+            frames = self.frames + x
+            self.frames = self.cached = frames
+            self.first = frames[:, 0]
+            self.view = self.out.view(2, 2)
+
+    obj = Sensor()
+    graph = EmulatedGraph()
+    before = bindings(obj)
+    with graph.recording():
+        obj.sense(torch.ones(2, 3))
+        effects = Effects(before, bindings(obj))
+        assert not effects.refused, effects.refused
+        effects.copy_back()
+    assert len(effects.chained) == 3
+    for _ in range(3):
+        graph.replay()
+    assert torch.equal(obj.frames, torch.full((2, 3), 3.0)) and obj.cached is obj.frames
+    assert torch.equal(obj.first, torch.full((2,), 3.0))
+    assert obj.first.data_ptr() == obj.frames.data_ptr()
+
+
+def test_warp_work_in_a_recording_is_captured_by_warp_and_replayed_in_its_place():
+    """A torch op, then Warp work (a kernel adding 10, then a ``capture_while`` loop halving
+    the value while it is over 1, the loop's count read from the data at each replay), then a
+    torch op, recorded with ``EmulatedGraph.warp_graph``: the recording changes nothing
+    (Warp's capture runs nothing, the torch writes are undone), and each replay runs the three
+    in order, the loop as many times as the data asks (mutations: the Warp work run eagerly
+    inside the recording; its kernels also recorded launch by launch, so replayed twice:
+    the values depart)."""
+    wp = pytest.importorskip("warp")
+
+    @wp.kernel
+    def halve(
+        a: wp.array(dtype=wp.float32), over: wp.array(dtype=wp.int32), n: wp.array(dtype=wp.int32)
+    ):
+        a[0] = a[0] * 0.5
+        over[0] = wp.where(a[0] > 1.0, 1, 0)
+        n[0] = n[0] + 1
+
+    @wp.kernel
+    def add_ten(a: wp.array(dtype=wp.float32)):
+        a[0] = a[0] + wp.float32(10.0)  # wp named in the body: Warp resolves it there
+
+    device = wp.get_device("cpu")
+    buf = wp.array([8.0], dtype=wp.float32, device=device)
+    over = wp.array([1], dtype=wp.int32, device=device)
+    launches = wp.zeros(1, dtype=wp.int32, device=device)
+    x = wp.to_torch(buf)
+
+    def loop() -> None:
+        wp.launch(add_ten, dim=1, inputs=[buf])
+        over.fill_(1)
+        wp.capture_while(over, lambda: wp.launch(halve, dim=1, inputs=[buf, over, launches]))
+
+    def eager(v: float) -> tuple[float, int]:
+        v, n = v + 11.0, 0
+        while True:
+            v, n = v * 0.5, n + 1
+            if v <= 1.0:
+                return v * 3.0, n
+
+    graph = EmulatedGraph()
+    with graph.recording():
+        x.add_(1.0)
+        graph.warp_graph(device, loop)
+        x.mul_(3.0)
+    assert x.tolist() == [8.0] and launches.numpy()[0] == 0
+    want, counts = 8.0, []
+    for _ in range(3):
+        graph.replay()
+        want, n = eager(want)
+        counts.append(n)
+        assert x.tolist() == [want]
+        assert launches.numpy()[0] == sum(counts)
+    assert counts == [5, 4, 4]

@@ -113,43 +113,85 @@ def _assert_mjlabs_steps(got: list, want: list, exact: bool) -> None:
     assert ended >= 3 * len(got[0].reward)  # the time-outs at steps 5, 10 and 15 were compared
 
 
-@pytest.mark.parametrize("task", [GO1, "Mjlab-Velocity-Flat-Unitree-G1"])
-def test_the_graphs_semantics_keep_mjlabs_step(task):
+ROUGH = "Mjlab-Velocity-Rough-Unitree-Go1"
+
+
+@pytest.mark.parametrize(
+    "task, step",
+    [
+        (GO1, "segments"),
+        ("Mjlab-Velocity-Flat-Unitree-G1", "segments"),
+        (GO1, "unit"),
+        ("Mjlab-Velocity-Flat-Unitree-G1", "unit"),
+        (ROUGH, "unit"),  # its upright reward reads the host (eigh): today's fallback
+    ],
+)
+def test_the_graphs_semantics_keep_mjlabs_step(task, step, caplog):
     """The segments captured and replayed with the CUDA graphs' semantics (``EmulatedGraph``
     on the CPU: the recorded ops replayed on the recorded tensors, the Python around them not
     rerun): mjlab's rewards, flags and observations bit for bit through three rounds of resets,
     the terminal observations and the task's logged metrics those of the eager step, every
     segment a graph (mutations: without the chained-state copy-back the swing-height reward
     departs at the third step; without the Python effects made again after a replay, or with
-    one capture for every sensor-cache state, the observations depart)."""
+    one capture for every sensor-cache state, the observations depart). With mjlab's eager
+    resets the one unit (``step="unit"``) holds the action, the decimation loop (mjlab's Warp
+    work captured by Warp in its place, one Warp graph per ``sim.step``) and the rewards; on
+    rough Go1 its capture is refused in one line (mjlab's ``upright`` reads the host) and the
+    step runs as segments, mjlab's bit for bit all the same (mutations: the counters advanced
+    once less by the unit: mjlab's counters depart; the Warp calls left out of Warp's capture,
+    recorded launch by launch: the replay reads arrays freed since and crashes)."""
+    import warp as wp
+
+    from orin_rl.envs.mjlab_unit import turn_on
+
     actions = None
-    runs = {}
+    runs, counters = {}, {}
     for graphs in (False, True):
         ours = MjlabVecEnv(task, N, "cpu", EnvOptions(seed=3, max_episode_steps=EPISODE))
         actions = actions or _actions(3 * EPISODE + 2, ours.action_space.shape[0])
         if graphs:
             ours._stepper.emulate_graphs()
+            if step == "unit":
+                assert turn_on(ours._stepper) is None
         ours.reset()
         logs = []
         steps = []
         for a in actions:
             steps.append(ours.step(a))
             logs.append(sorted(ours.env.extras["log"]))
+        counters[graphs] = ours.env.common_step_counter, ours.env._sim_step_counter
         runs[graphs] = (steps, logs, ours.graph_report())
         ours.close()
     (eager, eager_logs, _), (graphed, graphed_logs, report) = runs[False], runs[True]
+    _assert_mjlabs_steps(graphed, _mjlab_rollout("cpu", actions, task), exact=True)
+    assert counters[True] == counters[False]  # mjlab's Python counters (curricula read them)
+    if task == ROUGH:  # the one unit refused, in one line; the rewards segment stays eager
+        assert report["step"] == "segments" and "_linalg_eigh" in report["refused"]["physics"][0]
+        warned = [r.message for r in caplog.records if "one-unit step off" in r.getMessage()]
+        assert len(warned) == 1 and "\n" not in warned[0], warned
+        # the segments after it: the unit's warm-up was one more eager step than theirs
+        assert "rewards" in report["eager"] and report["replays"]["action"] >= len(actions) - 3
+        return
     assert report["eager"] == [] and report["refused"] == {}, report
     assert report["captures"]["observations"] == 2  # one after resets, one without
-    _assert_mjlabs_steps(graphed, _mjlab_rollout("cpu", actions, task), exact=True)
+    assert report["step"] == step
     for t, (a, b) in enumerate(zip(eager, graphed, strict=True)):
         assert torch.equal(a.final_obs, b.final_obs), t
     assert graphed_logs == eager_logs
     assert any(k.startswith("Metrics/") for k in graphed_logs[3])
     # every step after the first ran each segment as a replay (no silent eager fallback)
     assert all(report["replays"][s] >= len(actions) - 2 for s in report["graphs"][:-1]), report
-    # no Warp kernel inside a segment: the emulation could not undo what its recording wrote
-    variants = [v for s in ours._stepper._every for v in s.variants.values() if v is not None]
-    assert variants and all(v.graph.warp_launches == 0 for v in variants)
+    # no Warp kernel inside a segment: the emulation could not undo what its recording wrote;
+    # in the unit, Warp's work only as Warp's own graphs, one per sim.step
+    unit = ours._stepper.unit
+    variants = [(s, v) for s in ours._stepper._every for v in s.variants.values() if v]
+    assert variants and all(v.graph.warp_launches == 0 for s, v in variants if s is not unit)
+    units = [v for s, v in variants if s is unit]
+    assert bool(units) == (step == "unit")  # one capture per sensor-cache state
+    for v in units:
+        warp = [op for op in v.graph.ops if op[0] == "warp"]
+        assert len(warp) == ours._stepper.decimation, len(warp)
+        assert all(op[1] is wp.capture_launch for op in warp)
 
 
 def _twin_rollouts(actions, between) -> tuple[list, list, dict]:
@@ -219,25 +261,33 @@ def test_graphs_follow_what_eager_code_changes_between_replays(change):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("step", ["segments", "unit"])
 @pytest.mark.parametrize("masked", [True, False])
 @pytest.mark.parametrize("task", [GO1, "Mjlab-Velocity-Flat-Unitree-G1"])
-def test_the_graphed_step_is_mjlabs_step(task, masked):
+def test_the_graphed_step_is_mjlabs_step(task, masked, step):
     """The step's segments captured as CUDA graphs and replayed (the reset path masked, the
-    default, or mjlab's eager one): against mjlab's own eager ``env.step`` from the same
-    seed, the same resets and, within CUDA's run-to-run spread, the same rewards and
-    observations (first episode; masked: ``assert_mjlabs_until_the_first_reset``); the
-    segments really ran as graphs."""
+    default, or mjlab's eager one), or the step as one capture (``step="unit"``: Warp's
+    kernels inside torch's capture; with mjlab's eager resets the physics and rewards):
+    against mjlab's own eager ``env.step`` from the same seed, the same resets and, within
+    CUDA's run-to-run spread, the same rewards and observations (first episode; masked:
+    ``assert_mjlabs_until_the_first_reset``); the segments, or the unit, really ran as
+    graphs."""
     n = 64
     ours = MjlabVecEnv(task, n, "cuda", EnvOptions(seed=3, max_episode_steps=EPISODE))
     actions = _actions(3 * EPISODE + 2, ours.action_space.shape[0], n=n)
-    plan = ours.use_graphs(masked=masked)
-    assert {"action", "rewards"} <= set(plan["graphs"])
+    plan = ours.use_graphs(masked=masked, unit=step == "unit")
+    assert {"action", "rewards"} <= set(plan["graphs"]) and plan["step"] == step, plan
     ours.reset()
     got = [ours.step(a) for a in actions]
     report = ours.graph_report()
     actor = ours.env.observation_manager.group_obs_dim["actor"][0]
     ours.close()
-    assert report["graphs"] == plan["graphs"], report
+    if step == "unit":
+        assert report["step"] == "unit" and report["refused"] == {}, report
+        unit = "step" if masked else "physics"
+        assert report["replays"][unit] >= len(actions) - 3, report
+    else:
+        assert report["graphs"] == plan["graphs"], report
     want = _mjlab_rollout("cuda", actions, task)
     if masked:
         steps = [(s.obs, s.reward, s.terminated, s.truncated) for s in got]
@@ -374,6 +424,47 @@ def test_a_tracking_task_without_its_motion_file_is_one_line():
 
 
 @pytest.mark.skipif(HAS_CUDA, reason="checks the CPU box's answer to a CUDA request")
+def test_the_step_mode_switch_reads_its_env_variable(monkeypatch):
+    """``ORIN_RL_MJLAB_STEP``: segments (today's step) unless it says unit; another value is
+    one line naming the two (mutation: unit by default fails)."""
+    from orin_rl.envs.mjlab_unit import STEP_ENV, mode_from_env
+
+    monkeypatch.delenv(STEP_ENV, raising=False)
+    assert mode_from_env() == "segments"
+    monkeypatch.setenv(STEP_ENV, "unit")
+    assert mode_from_env() == "unit"
+    monkeypatch.setenv(STEP_ENV, "one")
+    with pytest.raises(ValueError, match="segments, unit") as raised:
+        mode_from_env()
+    assert "\n" not in str(raised.value)
+
+
+def test_a_step_the_unit_cannot_hold_stays_in_segments_in_one_line(caplog):
+    """An observation term with history (a Python-side pointer no graph advances): the masked
+    step's unit would hold the observations, so the step stays in segments after one warning
+    naming the segment; with mjlab's eager resets the unit holds only the physics, which it
+    can (mutations: the segments' plan not consulted; the physics unit refused for the
+    observations' sake: fail)."""
+    from orin_rl.envs.mjlab_graph import SegmentedStep
+    from orin_rl.envs.mjlab_unit import turn_on
+
+    env = MjlabVecEnv(GO1, 2, "cpu", EnvOptions(seed=1))
+    env.env.observation_manager._group_obs_term_cfgs["actor"][0].history_length = 2
+    for masked in (True, False):
+        step = SegmentedStep(env.env, "critic")
+        if masked:
+            assert step.mask_resets() is None
+        why = turn_on(step)
+        if masked:
+            assert why is not None and "'observations'" in why and "history" in why, why
+            assert step.unit is None
+        else:
+            assert why is None and step.unit is not None and step.unit.name == "physics"
+    warned = [r.getMessage() for r in caplog.records if "one-unit step off" in r.getMessage()]
+    assert len(warned) == 1 and "\n" not in warned[0], warned
+    env.close()
+
+
 def test_cuda_without_a_gpu_is_one_line():
     with pytest.raises(EnvError, match="torch sees no CUDA GPU"):
         envs.make(GO1, 2, "cuda")

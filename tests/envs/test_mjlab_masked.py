@@ -275,35 +275,61 @@ def test_a_write_that_is_not_one_row_per_world_is_refused():
         scalar.add_(1.0)
 
 
+G1 = "Mjlab-Velocity-Flat-Unitree-G1"
+
+
 @pytest.mark.parametrize(
-    "device, task, episode",
+    "device, task, episode, step",
     [
-        ("cpu", GO1, 5),
+        ("cpu", GO1, 5, "segments"),
         # G1's self-collision history is rolled (rebound) at every substep while the sensor's
         # stale cache still holds the old tensor: captured all the same (mutation: counting
         # the cache as a holder leaves substep1-3 and rewards eager)
-        ("cpu", "Mjlab-Velocity-Flat-Unitree-G1", 2),
-        pytest.param("cuda", GO1, 5, marks=pytest.mark.gpu),
-        pytest.param("cuda", "Mjlab-Velocity-Flat-Unitree-G1", 2, marks=pytest.mark.gpu),
+        ("cpu", G1, 2, "segments"),
+        # the whole step one capture (mjlab_unit), Warp's work captured by Warp in its place
+        ("cpu", GO1, 5, "unit"),
+        ("cpu", G1, 2, "unit"),
+        ("cpu", ROUGH, 5, "unit"),  # the terrain scan, its curriculum, the upright twin
+        pytest.param("cuda", GO1, 5, "segments", marks=pytest.mark.gpu),
+        pytest.param("cuda", G1, 2, "segments", marks=pytest.mark.gpu),
+        pytest.param("cuda", GO1, 5, "unit", marks=pytest.mark.gpu),
+        pytest.param("cuda", G1, 2, "unit", marks=pytest.mark.gpu),
+        pytest.param("cuda", ROUGH, 5, "unit", marks=pytest.mark.gpu),
     ],
 )
-def test_the_masked_step_is_the_same_eager_or_as_graphs(device, task, episode):
+def test_the_masked_step_is_the_same_eager_or_as_graphs(device, task, episode, step):
     """The whole masked step, its segments eager and then captured and replayed as CUDA graphs
-    (on the CPU: with the graphs' semantics, ``graph_emulation``): the same observations,
-    rewards and flags bit for bit through three rounds of resets; every segment, the reset
-    path's included, is a graph after the first step; the episode logs counted only at steps
-    with a reset. On CUDA MuJoCo Warp is not bit-reproducible even against itself (see
-    ``test_mjlab._assert_mjlabs_steps``), so there the flags are held exactly all along and
-    the values within 2e-3 over the first episode, before any masked reset draws."""
-    runs = {}
+    (on the CPU: with the graphs' semantics, ``graph_emulation``), or as one capture a step
+    (``step="unit"``: Warp's kernels inside torch's capture; on the CPU Warp's own capture on
+    its CPU device): the same observations, rewards and flags bit for bit through three rounds
+    of resets; every segment (or the one unit), the reset path's included, is a graph after the
+    first step; the episode logs counted only at steps with a reset. On CUDA MuJoCo Warp is not
+    bit-reproducible even against itself (see ``test_mjlab._assert_mjlabs_steps``), so there
+    the flags are held exactly all along and the values within 2e-3 over the first episode,
+    before any masked reset draws. Rough Go1's ``upright`` reward is its graph-safe twin on
+    both sides (``mjlab_terms``: mjlab's ``eigh`` reads the host). Mutations (unit): the
+    sensor's chained state refused as shared, or the yaw twin not put on the sensors: the unit
+    is refused, the step runs as segments; the sensors not refreshed after sense, or the
+    terminal observation taken after the reset: the values depart; mjlab's step counter not
+    advanced: the counters depart; the Warp calls left out of Warp's capture (recorded launch
+    by launch): the replay reads arrays freed since and crashes."""
+    from orin_rl.envs.mjlab_terms import use_graph_safe_terms
+    from orin_rl.envs.mjlab_unit import turn_on
+
+    runs, counters = {}, {}
     for graphs in (False, True):
         env = MjlabVecEnv(task, 4, device, EnvOptions(seed=3, max_episode_steps=episode))
+        if task == ROUGH:
+            use_graph_safe_terms(env.env)
         if graphs and device == "cuda":
-            assert env.use_graphs(masked=True)["masked_resets"] == "on"
+            plan = env.use_graphs(masked=True, unit=step == "unit")
+            assert plan["masked_resets"] == "on" and plan["step"] == step, plan
         else:
             assert env._stepper.mask_resets() is None
         if graphs and device == "cpu":
             env._stepper.emulate_graphs()
+            if step == "unit":
+                assert turn_on(env._stepper) is None
         env.reset()
         g = torch.Generator().manual_seed(0)
         out = []
@@ -313,9 +339,11 @@ def test_the_masked_step_is_the_same_eager_or_as_graphs(device, task, episode):
             out.append(
                 tuple(x.cpu() for x in (s.obs, s.reward, s.terminated, s.truncated, s.final_obs))
             )
+        counters[graphs] = env.env.common_step_counter, env.env._sim_step_counter
         runs[graphs] = (out, env.graph_report(), env.pop_log())
         env.close()
     (eager, _, eager_log), (graphed, report, graphed_log) = runs[False], runs[True]
+    assert counters[True] == counters[False]  # mjlab's Python counters (curricula read them)
     for t, (a, b) in enumerate(zip(eager, graphed, strict=True)):
         if device == "cpu":
             assert all(torch.equal(x, y) for x, y in zip(a, b, strict=True)), t
@@ -325,7 +353,9 @@ def test_the_masked_step_is_the_same_eager_or_as_graphs(device, task, episode):
             for x, y in zip(a[:2] + a[4:], b[:2] + b[4:], strict=True):
                 torch.testing.assert_close(y, x, rtol=2e-3, atol=2e-3)
     assert report["eager"] == [] and report["refused"] == {}, report
-    assert all(report["replays"][s] >= 14 for s in ("events", "reset", "reset2", "commands"))
+    assert report["step"] == step, report
+    graphed_segments = ("step",) if step == "unit" else ("events", "reset", "reset2", "commands")
+    assert all(report["replays"][s] >= 14 for s in graphed_segments), report
     assert eager_log == graphed_log if device == "cpu" else eager_log.keys() == graphed_log.keys()
     if device == "cpu" and task == GO1:  # and mjlab's own step until the first reset draws
         want = _mjlab_rollout("cpu", _actions(16, 12))

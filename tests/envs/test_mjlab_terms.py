@@ -82,3 +82,43 @@ def test_rough_go1s_rewards_become_a_graph_with_mjlabs_rewards():
     (eager, _), (graphed, report) = runs
     assert "rewards" in report["graphs"] and report["refused"] == {}, report
     torch.testing.assert_close(graphed, eager, rtol=1e-5, atol=1e-6)
+
+
+def test_the_yaw_twin_is_mjlabs_yaw_bit_for_bit_without_a_host_read():
+    """Rotations of every yaw, pitch and roll, a quarter of them pitched to +-90 degrees (the
+    X axis vertical: mjlab takes those worlds' yaw from the Y axis): the twin's yaw-only
+    matrices are ``RayCastSensor._extract_yaw_rotation``'s exactly, and it reads nothing on
+    the host (mutations: the Y axis not taken where singular, or no singular world in the
+    batch so that mjlab's branch is skipped and the comparison is vacuous: fail)."""
+    from mjlab.sensor.raycast_sensor import RayCastSensor
+    from mjlab.utils.lab_api.math import matrix_from_quat, quat_from_euler_xyz
+
+    from orin_rl.envs.graph_emulation import HostReadWatch
+    from orin_rl.envs.mjlab_terms import extract_yaw_rotation
+
+    g = torch.Generator().manual_seed(7)
+    n = 4000
+    roll, yaw = ((torch.rand(n, generator=g) * 2 - 1) * torch.pi for _ in range(2))
+    pitch = (torch.rand(n, generator=g) * 2 - 1) * torch.pi / 2
+    pitch[: n // 4] = torch.where(torch.rand(n // 4, generator=g) < 0.5, 1.0, -1.0) * torch.pi / 2
+    mats = matrix_from_quat(quat_from_euler_xyz(roll, pitch, yaw))
+    singular = mats[:, :2, 0].norm(dim=1) < 0.1
+    assert n // 5 < int(singular.sum()) < n // 2  # both of mjlab's branches compared
+    want = RayCastSensor._extract_yaw_rotation(None, mats)  # type: ignore[arg-type]
+    with HostReadWatch() as watch:
+        got = extract_yaw_rotation(mats)
+    assert watch.reads == []
+    assert torch.equal(got, want)
+
+
+def test_the_yaw_twin_goes_on_every_yaw_aligned_raycast_sensor():
+    """Flat Go1's terrain-height rays (its feet's) are yaw-aligned: the twin is on them."""
+    from orin_rl.envs.mjlab_terms import extract_yaw_rotation, use_graph_safe_sensors
+
+    env = MjlabVecEnv("Mjlab-Velocity-Flat-Unitree-Go1", 2, "cpu", EnvOptions(seed=1))
+    sensors = env.env.scene.sensors
+    yaw = [n for n, s in sensors.items() if getattr(s.cfg, "ray_alignment", None) == "yaw"]
+    assert yaw and use_graph_safe_sensors(env.env) == yaw
+    for name in yaw:
+        assert sensors[name]._extract_yaw_rotation is extract_yaw_rotation
+    env.close()
