@@ -108,7 +108,6 @@ def _run_robot(args: argparse.Namespace, loop: dict) -> int:
     """``--plant unitree-g1``: the robot (or its twin) over DDS, through the safety machine."""
     from orin_rl.robot import wire
     from orin_rl.robot.remote import COMBOS
-    from orin_rl.runtime.robot_run import run_on_robot
 
     for flag in PLANT_OVERRIDES:
         if _given(args, flag):
@@ -123,7 +122,18 @@ def _run_robot(args: argparse.Namespace, loop: dict) -> int:
               "right turn", flush=True)  # fmt: skip
     else:
         print(f"remote       {COMBOS['stop']} stops the robot (damping, latched)", flush=True)
-    report = run_on_robot(
+    try:
+        report = _drive(args, loop)
+    finally:
+        wire.release_domains()  # DDS's threads end before the interpreter's teardown
+    _print_robot_summary(report, args)
+    return EXIT_CODES[report["end"]]
+
+
+def _drive(args: argparse.Namespace, loop: dict) -> dict:
+    from orin_rl.runtime.robot_run import run_on_robot
+
+    return run_on_robot(
         args.model,
         args.backend,
         args.plant,
@@ -147,8 +157,6 @@ def _run_robot(args: argparse.Namespace, loop: dict) -> int:
             "timeout_s": args.cmd_vel_timeout,
         },
     )
-    _print_robot_summary(report, args)
-    return EXIT_CODES[report["end"]]
 
 
 def _print_robot_summary(report: dict, args: argparse.Namespace) -> None:

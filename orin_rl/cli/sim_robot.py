@@ -31,7 +31,10 @@ def cmd_sim_robot(args: argparse.Namespace) -> int:
         f"{remote}; back in its start pose 1 s after each run",
         flush=True,
     )
-    report = twin.run(args.seconds, args.report)
+    try:
+        report = twin.run(args.seconds, args.report)
+    finally:
+        wire.release_domains()  # DDS's threads end before the interpreter's teardown
     print(
         f"sim-robot    {report['seconds']:.1f} s, {report['commands']} commands "
         f"({report['bad_crc']} with a bad CRC), {report['states']} states, "

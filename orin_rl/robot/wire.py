@@ -211,6 +211,20 @@ def use_peers(addresses: list[str] | None) -> None:
     _PEERS[:] = list(addresses or [])
 
 
+def release_domains() -> None:
+    """Delete the domains this process configured, and with them their participants and
+    CycloneDDS's threads (a command's last step: ``run --plant``, ``sim-robot``). Left to the
+    interpreter's exit, those threads outlive Python's teardown: the arm64 plant under QEMU
+    crashed there (SIGSEGV, heap corruption) after writing its report, every time; deleted
+    first, it exits with its own code. The binding has no public delete: ``__del__`` is it,
+    called while the object lives (0.10.2's skips the delete when the garbage collector calls
+    it: the weak registry it checks has already dropped the entity)."""
+    for domain, _ in list(_DOMAINS.values()):
+        domain.__del__()
+    _DOMAINS.clear()
+    _BY_NAME.clear()
+
+
 def _domain_xml(interface: str | None, by_name: str | None) -> str:
     interfaces = (
         "<Interfaces>"

@@ -99,3 +99,21 @@ def test_matched_writers_through_the_c_api_equals_the_bindings_count(monkeypatch
     while reader.matched_writers() > 0 and time.monotonic() < end:
         time.sleep(0.05)
     assert reader.matched_writers() == 0
+
+
+def test_release_domains_deletes_what_the_domain_held():
+    """A command's last step: the domain it configured is deleted, and with it its readers
+    (their next take fails: the entity is gone) and CycloneDDS's threads; the domain can be
+    configured again after (mutation: release_domains returning at once)."""
+    from cyclonedds.core import DDSException
+
+    p = wire.participant(72, "lo")
+    reader = wire.Endpoint(p, msgs.LOWSTATE, msgs.HgLowState, "reader")
+    assert reader.take_latest() is None
+    wire.release_domains()
+    assert 72 not in wire._DOMAINS
+    with pytest.raises(DDSException):
+        reader.take_latest()
+    again = wire.Endpoint(wire.participant(72, "lo"), msgs.LOWSTATE, msgs.HgLowState, "reader")
+    assert again.take_latest() is None
+    wire.release_domains()
