@@ -60,7 +60,8 @@ def validate(cfg: Any) -> None:
         )
     for i, wrapper in enumerate(cfg.env.wrappers):
         check_wrapper(f"env.wrappers[{i}]", wrapper)
-    if any(h <= 0 for h in cfg.ppo.hidden_sizes) or not cfg.ppo.hidden_sizes:
+    if any(h <= 0 for h in cfg.ppo.hidden_sizes):  # []: the heads on the inputs (an image
+        # encoder's features, as SB3's CnnPolicy)
         raise ConfigError(f"ppo.hidden_sizes: need positive widths, got {cfg.ppo.hidden_sizes}")
     if cfg.ppo.compile_update and (precision := cfg.train.precision) != "fp32":
         raise ConfigError(f"ppo.compile_update: needs train.precision=fp32, not {precision}")

@@ -119,11 +119,12 @@ class OffPolicyAlgorithm:
         self.log_every = log_every
         discrete = spec.action_kind == "discrete"
         obs_shape = tuple(spec.obs_shape)
+        obs_dtype = getattr(torch, spec.obs_dtype)  # uint8 frames stay uint8 (replay_bytes)
         fields = {
-            "obs": (obs_shape, torch.float32),
+            "obs": (obs_shape, obs_dtype),
             "actions": ((), torch.int64) if discrete else ((spec.action_dim,), torch.float32),
             "rewards": ((), torch.float32),
-            "next_obs": (obs_shape, torch.float32),
+            "next_obs": (obs_shape, obs_dtype),
             "terminated": ((), torch.float32),
             "discounts": ((), torch.float32),
         }
