@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -53,35 +54,47 @@ NATURE_MIN_SIZE = 36
 """The smallest side the Nature stack takes (8/4 → 4/2 → 3/1 leaves one pixel)."""
 
 
+def channels_first(image_shape: tuple[int, ...] | list[int]) -> bool:
+    """Whether a 3-D image is (C, H, W): its smallest side comes first (SB3's rule); else it
+    is (H, W, C), as gymnasium's rendered frames are."""
+    return int(np.argmin(image_shape)) == 0
+
+
 def image_encoder_kind(obs_shape: tuple[int, ...] | list[int], dtype: str) -> str | None:
-    """The encoder for an observation: ``nature`` for uint8 (C, H, W) frames of 36 px or more
-    a side (84×84 Atari stacks), ``small`` for smaller uint8 grids (MinAtar's 10×10), None for
-    anything else (flat vectors go to the MLP)."""
+    """The encoder for an observation: ``nature`` for uint8 frames of 36 px or more a side
+    (84×84 Atari stacks), ``small`` for smaller uint8 grids (MinAtar's 10×10), None for
+    anything else (flat vectors go to the MLP). Frames are (C, H, W) or (H, W, C)."""
     if dtype != "uint8" or len(obs_shape) != 3:
         return None
-    return "nature" if min(obs_shape[1:]) >= NATURE_MIN_SIZE else "small"
+    spatial = obs_shape[1:] if channels_first(obs_shape) else obs_shape[:2]
+    return "nature" if min(spatial) >= NATURE_MIN_SIZE else "small"
 
 
 class ImageEncoder(nn.Module):
-    """uint8 frames (batch, C, H, W), or their flattened rows (batch, C*H*W), → (batch,
-    features) float: scaled to [0, 1] here (x / 255, so the storage and the exported input stay
-    uint8), then ReLU convolutions and one ReLU fully connected layer (orthogonal init, gain
-    sqrt(2), as SB3 and CleanRL)."""
+    """uint8 frames (batch, C, H, W) or (batch, H, W, C) (``channels_first``), or their
+    flattened rows, → (batch, features) float: scaled to [0, 1] here (x / 255, so the storage
+    and the exported input stay uint8), then ReLU convolutions and one ReLU fully connected
+    layer (orthogonal init, gain sqrt(2), as SB3 and CleanRL)."""
 
     def __init__(self, image_shape: tuple[int, ...] | list[int], kind: str):
         super().__init__()
         if kind not in ENCODERS:
             raise ValueError(f"image encoder {kind!r} not in {sorted(ENCODERS)}")
         self.image_shape = tuple(int(d) for d in image_shape)
+        self.channels_last = not channels_first(self.image_shape)
+        chw = self.image_shape  # (C, H, W) of the convolutions
+        if self.channels_last:
+            h, w, c = self.image_shape
+            chw = (c, h, w)
         convs, self.features = ENCODERS[kind]
         layers: list[nn.Module] = []
-        channels = self.image_shape[0]
+        channels = chw[0]
         for out, kernel, stride in convs:
             layers += [nn.Conv2d(channels, out, kernel, stride), nn.ReLU()]
             channels = out
         self.convs = nn.Sequential(*layers, nn.Flatten())
         with torch.no_grad():
-            flat = self.convs(torch.zeros(1, *self.image_shape)).shape[1]
+            flat = self.convs(torch.zeros(1, *chw)).shape[1]
         self.fc = nn.Sequential(nn.Linear(flat, self.features), nn.ReLU())
         for layer in (*self.convs, *self.fc):
             if isinstance(layer, (nn.Conv2d, nn.Linear)):
@@ -91,5 +104,7 @@ class ImageEncoder(nn.Module):
     def forward(self, frames: torch.Tensor) -> torch.Tensor:
         """(batch, features) of uint8 ``frames`` (any float dtype is scaled the same way)."""
         x = frames.reshape(-1, *self.image_shape)
+        if self.channels_last:
+            x = x.permute(0, 3, 1, 2)  # (batch, H, W, C) -> (batch, C, H, W)
         x = x.to(self.fc[0].weight.dtype) * (1.0 / 255.0)  # (batch, C, H, W) in [0, 1]
         return self.fc(self.convs(x))

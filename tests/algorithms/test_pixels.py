@@ -88,3 +88,20 @@ class TestAtariReplayBytes:
         assert batch["obs"].dtype == batch["next_obs"].dtype == torch.uint8
         algo.update()
         assert algo.grad_steps == algo.cfg.gradient_steps
+
+
+def test_sac_on_frames_is_refused(tmp_path):
+    """SAC's Q networks take flat vectors: rendered frames (Pendulum's (500, 500, 3) uint8)
+    stop the run at its start with what to use instead."""
+    from orin_rl.errors import OrinError
+
+    cfg = Config()
+    values = {
+        "env.env_id": "Pendulum-v1", "env.num_envs": 1, "env.kwargs": {"render_mode": "rgb_array"},
+        "env.wrappers": ["gymnasium.wrappers:AddRenderObservation"], "train.algo": "sac",
+        "train.device": "cpu", "train.total_steps": 64, "train.tensorboard": False,
+    }  # fmt: skip
+    for key, value in values.items():
+        config_mod.set_value(cfg, key, value)
+    with pytest.raises(OrinError, match=r"SAC on image observations .* train it with ppo, or dqn"):
+        train(cfg, tmp_path / "run", progress=False)

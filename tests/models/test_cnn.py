@@ -57,3 +57,20 @@ class TestScalingInside:
         log_probs = policy.distribution(frames).log_probs
         by_hand = policy.actor[1:](policy.actor[0].fc(policy.actor[0].convs(frames / 255.0)))
         torch.testing.assert_close(log_probs, torch.log_softmax(by_hand, -1))
+
+
+class TestChannelsLast:
+    def test_hwc_frames_are_read_as_their_chw_transpose(self):
+        """(H, W, C) frames (gymnasium's rendered ones) go through the same convolutions as
+        their (C, H, W) transpose: the encoder permutes, the storage keeps the env's layout."""
+        torch.manual_seed(0)
+        spec = _spec((10, 10, 4))
+        assert spec.encoder == "small" and spec.obs_shape == [10, 10, 4]
+        hwc = ImageEncoder((10, 10, 4), "small")
+        chw = ImageEncoder((4, 10, 10), "small")
+        chw.load_state_dict(hwc.state_dict())
+        frames = torch.randint(0, 256, (3, 10, 10, 4), dtype=torch.uint8)
+        torch.testing.assert_close(hwc(frames), chw(frames.permute(0, 3, 1, 2)))
+
+    def test_large_hwc_frames_get_the_nature_encoder(self):
+        assert _spec((96, 96, 3)).encoder == "nature"
