@@ -3,6 +3,8 @@ replay buffer (the bytes of a scaled-down 1M-transition Atari buffer as stated).
 
 from __future__ import annotations
 
+import itertools
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -11,6 +13,7 @@ import torch
 from orin_rl import config as config_mod
 from orin_rl.algorithms import PPO
 from orin_rl.algorithms.dqn import DQN
+from orin_rl.buffers.replay import ReplayError
 from orin_rl.config import Config, DQNConfig
 from orin_rl.envs import StepResult
 from orin_rl.models import PolicySpec
@@ -62,10 +65,11 @@ class TestPPOFrames:
         assert set(seen["frames"].unique().tolist()) <= {0, 255}  # MinAtar's 0/1, x 255
 
 
-def _atari_dqn(capacity: int, n_step: int = 1) -> DQN:
+def _atari_dqn(capacity: int, n_step: int = 1, share_frames: bool = False) -> DQN:
     space = gym.spaces.Box(0, 255, ATARI, np.uint8)
     spec = PolicySpec.from_spaces(space, gym.spaces.Discrete(6), hidden_sizes=[])
-    cfg = DQNConfig(buffer_size=capacity, batch_size=4, n_step=n_step, learning_starts=0)
+    cfg = DQNConfig(buffer_size=capacity, batch_size=4, n_step=n_step, learning_starts=0,
+                    share_frames=share_frames)  # fmt: skip
     return DQN(spec, cfg, 2, torch.device("cpu"), "host", 1, total_steps=100)
 
 
@@ -105,3 +109,36 @@ def test_sac_on_frames_is_refused(tmp_path):
         config_mod.set_value(cfg, key, value)
     with pytest.raises(OrinError, match=r"SAC on image observations .* train it with ppo, or dqn"):
         train(cfg, tmp_path / "run", progress=False)
+
+
+class TestSharedFrames:
+    """``dqn.share_frames``: next_obs kept as its newest frame, rebuilt as obs[1:] + it."""
+
+    @staticmethod
+    def _stacks(steps: int, envs: int = 2) -> list[torch.Tensor]:
+        """Observations of a 4-frame stack moving one frame a step (FrameStackObservation's)."""
+        g = torch.Generator().manual_seed(0)
+        frames = torch.randint(0, 256, (steps + 3, envs, 84, 84), dtype=torch.uint8, generator=g)
+        return [frames[t : t + 4].transpose(0, 1).contiguous() for t in range(steps)]
+
+    def test_bytes_and_next_obs_rebuilt_exactly(self):
+        algo = _atari_dqn(1_000, share_frames=True)
+        # obs (28,224) + the next frame (7,056) + scalars (20): 1M transitions are 35.3 GB
+        assert algo.replay.nbytes == 1_000 * (FRAME_BYTES + 84 * 84 + SCALAR_BYTES)
+        stacks = self._stacks(9)
+        for obs, nxt in itertools.pairwise(stacks):
+            algo.act(obs)
+            done = torch.zeros(2, dtype=torch.bool)
+            algo.process_env_step(StepResult(nxt, torch.ones(2), done, done, nxt, {}))
+        stored = algo.replay.sample(8)
+        truth = {bytes(o.numpy()): n for o, n in zip(torch.cat(stacks[:-1]), torch.cat(stacks[1:]), strict=True)}  # fmt: skip
+        expected = torch.stack([truth[bytes(o.numpy())] for o in stored["obs"]])
+        assert torch.equal(algo.next_obs(stored), expected)
+
+    def test_observations_that_are_not_a_stack_are_refused(self):
+        algo = _atari_dqn(1_000, share_frames=True)
+        obs, nxt = (torch.randint(0, 256, (2, *ATARI), dtype=torch.uint8) for _ in range(2))
+        algo.act(obs)
+        done = torch.zeros(2, dtype=torch.bool)
+        with pytest.raises(ReplayError, match="not obs shifted by one frame"):
+            algo.process_env_step(StepResult(nxt, torch.ones(2), done, done, nxt, {}))

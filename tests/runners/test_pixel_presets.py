@@ -33,6 +33,7 @@ def _spy_policy(monkeypatch, cls) -> dict:
 
     def spy(self):
         seen["spec"] = self.policy.spec
+        seen["fields"] = set(getattr(self, "replay", None).specs) if cls is DQN else None
         return update(self)
 
     monkeypatch.setattr(cls, "update", spy)
@@ -61,5 +62,19 @@ def test_minatar_dqn_preset_trains(tmp_path, monkeypatch):
     train(cfg, tmp_path / "run", progress=False)
     spec = seen["spec"]
     assert (spec.obs_shape, spec.obs_dtype, spec.encoder) == ([4, 10, 10], "uint8", "small")
+    state = torch.load(tmp_path / "run" / "checkpoint.pt", weights_only=True)
+    assert state["algo"]["grad_steps"] > 0
+
+
+def test_atari_dqn_preset_shares_frames_on_real_stacks(tmp_path, monkeypatch):
+    """ale-py's frames through AtariPreprocessing and FrameStackObservation are a stack moving
+    one frame a step (every insert checks it), so the replay keeps next_obs as one frame."""
+    pytest.importorskip("ale_py", reason="ale-py is in the pixels extra")
+    pytest.importorskip("cv2", reason="AtariPreprocessing needs OpenCV (the pixels extra)")
+    seen = _spy_policy(monkeypatch, DQN)
+    cfg = _config("ALE/Pong-v5", "dqn", **{"dqn.learning_starts": 64, "dqn.buffer_size": 512,
+                                          "train.total_steps": 192})  # fmt: skip
+    train(cfg, tmp_path / "run", progress=False)
+    assert seen["spec"].encoder == "nature" and "next_obs" not in seen["fields"]
     state = torch.load(tmp_path / "run" / "checkpoint.pt", weights_only=True)
     assert state["algo"]["grad_steps"] > 0
