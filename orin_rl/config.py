@@ -236,6 +236,10 @@ class DQNConfig(ReplayOptions):
     """Epsilon after the decay."""
     n_step: int = 1
     """n-step returns: sum of n discounted rewards, then bootstrap (cut at episode ends)."""
+    share_frames: bool = False
+    """Frame stacks (uint8 (k, H, W), Atari's 4 x 84 x 84): keep next_obs as its newest frame
+    only, rebuilt as obs[1:] + that frame when sampled (checked at every insert; n_step 1):
+    a 1M Atari replay takes 35.3 GB instead of 56.5 GB."""
     max_grad_norm: float = 10.0
     """Gradient-norm clip."""
     hidden_sizes: list[int] = field(default_factory=lambda: [64, 64])

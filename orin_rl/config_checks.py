@@ -60,7 +60,8 @@ def validate(cfg: Any) -> None:
         )
     for i, wrapper in enumerate(cfg.env.wrappers):
         check_wrapper(f"env.wrappers[{i}]", wrapper)
-    if any(h <= 0 for h in cfg.ppo.hidden_sizes) or not cfg.ppo.hidden_sizes:
+    if any(h <= 0 for h in cfg.ppo.hidden_sizes):  # []: the heads on the inputs (an image
+        # encoder's features, as SB3's CnnPolicy)
         raise ConfigError(f"ppo.hidden_sizes: need positive widths, got {cfg.ppo.hidden_sizes}")
     if cfg.ppo.compile_update and (precision := cfg.train.precision) != "fp32":
         raise ConfigError(f"ppo.compile_update: needs train.precision=fp32, not {precision}")
@@ -105,6 +106,9 @@ def validate(cfg: Any) -> None:
             raise ConfigError("online.watchdog_periods and online.learner_stall_s must be >= 0")
     if cfg.dqn.n_step < 1:
         raise ConfigError(f"dqn.n_step: must be >= 1, got {cfg.dqn.n_step}")
+    if cfg.dqn.share_frames and (cfg.dqn.n_step != 1 or cfg.online.enabled):
+        raise ConfigError("dqn.share_frames: one-step transitions of the off-policy runner only "
+                          "(set dqn.n_step=1, drop --online)")  # fmt: skip
     if cfg.train.algo != "ppo" and cfg.train.num_agents > 1:
         raise ConfigError(f"train.algo {cfg.train.algo}: --num-agents is PPO-only")
     if cfg.train.algo == "dqn" and cfg.train.cuda_graphs:

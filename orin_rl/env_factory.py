@@ -30,10 +30,13 @@ INSTALL_HINTS = {
     "gymnasium.envs.mujoco": "install the MuJoCo extra: pip install 'orin-rl[mujoco]'",
     "gymnasium.envs.classic_control": 'install pygame: pip install "gymnasium[classic-control]"',
     "gymnasium.envs.toy_text": 'install pygame: pip install "gymnasium[toy-text]"',
-    "ale_py": 'install the Atari envs: pip install "gymnasium[atari]"',
+    "ale_py": "install the Atari envs: pip install 'orin-rl[pixels]' (ale-py, its ROMs bundled)",
+    "minatar": "install MinAtar: pip install 'orin-rl[pixels]'",
 }
 """What installs the dependencies of each family of gymnasium envs, by the module of its
 entry point (Atari's ``ALE/`` ids exist only once ``ale_py`` is installed)."""
+NAMESPACES = {"ALE/": "ale_py", "MinAtar/": "minatar"}
+"""Env id prefixes registered by a package's import (``register_namespace``), not by gymnasium."""
 ENV_CONFIG_KEYS = ("max_episode_steps", "kwargs", "wrappers")
 """The run's ``env`` settings a bundle keeps (``env_config``), so evaluation and the control
 loop make the environment as training did."""
@@ -44,8 +47,9 @@ def install_hint(env_id: str) -> str | None:
     family (its own error then says what is missing)."""
     import gymnasium as gym
 
-    if env_id.startswith("ALE/"):
-        return INSTALL_HINTS["ale_py"]
+    for prefix, package in NAMESPACES.items():
+        if env_id.startswith(prefix):
+            return INSTALL_HINTS[package]
     try:
         entry_point = gym.spec(env_id).entry_point
     except gym.error.Error:
@@ -86,10 +90,34 @@ def import_module(name: str, what: str):
 
 
 def import_env_module(env_id: str) -> None:
-    """For a ``module:EnvId`` id, import ``module`` (which registers ``EnvId``)."""
+    """For a ``module:EnvId`` id, import ``module`` (which registers ``EnvId``); for an ``ALE/``
+    or ``MinAtar/`` id, register that package's envs (``register_namespace``)."""
     module, sep, _ = env_id.partition(":")
     if sep:
         import_module(module, env_id)
+        return
+    prefix = next((p for p in NAMESPACES if env_id.startswith(p)), None)
+    if prefix is not None:
+        register_namespace(prefix)
+
+
+def register_namespace(prefix: str) -> None:
+    """Register the envs of ``ALE/`` (ale_py registers them on import) or ``MinAtar/`` (its
+    ``register_envs``, once); a missing package is an EnvMakeError saying what to install."""
+    import gymnasium as gym
+
+    package = NAMESPACES[prefix]
+    try:
+        if package == "ale_py":
+            import ale_py
+
+            gym.register_envs(ale_py)
+        elif not any(name.startswith(prefix) for name in gym.registry):
+            from minatar.gym import register_envs
+
+            register_envs()
+    except ModuleNotFoundError:
+        raise EnvMakeError(f"{prefix} envs need {package}; {INSTALL_HINTS[package]}") from None
 
 
 def import_object(spec: str, what: str) -> Any:

@@ -138,6 +138,46 @@ GPU_PRESETS: dict[str, dict[str, Any]] = {
 """Presets for ``--env-backend gpu`` (the classic-control ids fall back to PRESETS)."""
 
 
+# Pixel tasks: uint8 frames (orin_rl.image_envs) into an image encoder chosen from the
+# observation space (models/cnn.py), the heads straight on its features (SB3's CnnPolicy).
+# MinAtar (10x10 grids, the small encoder): PureJaxRL's MinAtar PPO (lr 5e-4, 128 steps, 4
+# epochs, entropy 0.01) over 16 envs and 4 minibatches, a size the 2-core box steps in minutes.
+_MINATAR_PPO: dict[str, Any] = {
+    "env.wrappers": ["orin_rl.image_envs:minatar"],
+    "env.num_envs": 16,
+    "ppo.num_steps": 128,
+    "ppo.num_epochs": 4,
+    "ppo.num_minibatches": 4,
+    "ppo.learning_rate": 5e-4,
+    "ppo.hidden_sizes": [],
+    "ppo.ent_coef": 0.01,
+    "train.total_steps": 1_000_000,
+    "train.eval_every": 20,
+}
+for _game in ("Asterix", "Breakout", "Freeway", "Seaquest", "SpaceInvaders"):
+    PRESETS[f"MinAtar/{_game}-v1"] = dict(_MINATAR_PPO)
+# Atari (ale-py's bundled ROMs; v5: sticky actions): AtariPreprocessing + a stack of 4 grey
+# 84x84 frames (the Nature encoder), CleanRL's ppo_atari (8 envs x 128 steps, 4 minibatches,
+# 4 epochs, lr 2.5e-4 annealed, clip 0.1, entropy 0.01) for 10M agent steps (40M frames).
+# Defined and smoke-tested on the CPU box, not trained there.
+_ATARI_PPO: dict[str, Any] = {
+    "env.kwargs": {"frameskip": 1},  # the wrapper skips (and max-pools) 4 frames
+    "env.wrappers": ["orin_rl.image_envs:atari"],
+    "env.num_envs": 8,
+    "ppo.num_steps": 128,
+    "ppo.num_epochs": 4,
+    "ppo.num_minibatches": 4,
+    "ppo.learning_rate": 2.5e-4,
+    "ppo.clip_coef": 0.1,
+    "ppo.hidden_sizes": [],
+    "ppo.ent_coef": 0.01,
+    "train.total_steps": 10_000_000,
+    "train.eval_every": 50,
+}
+for _game in ("Pong", "Breakout"):
+    PRESETS[f"ALE/{_game}-v5"] = dict(_ATARI_PPO)
+
+
 # Off-policy presets, keyed by (env id, algorithm).
 OFF_POLICY_PRESETS: dict[tuple[str, str], dict[str, Any]] = {
     # RL Zoo's SAC Pendulum (lr 1e-3, 2e4 steps) with 64x64 networks, which learn as fast
@@ -157,6 +197,40 @@ OFF_POLICY_PRESETS: dict[tuple[str, str], dict[str, Any]] = {
     },
     # RL Zoo's DQN CartPole (256 env steps, then 128 gradient steps; target synced each round)
     # with a 64x64 network instead of 256x256: a quarter of the update time on a small CPU.
+    # MinAtar's DQN (Young & Tian 2019: replay 100k, batch 32, target every 1,000, epsilon
+    # 1 -> 0.1 over 100k steps) on uint8 frames, one env.
+    ("MinAtar/Breakout-v1", "dqn"): {
+        "env.wrappers": ["orin_rl.image_envs:minatar"],
+        "env.num_envs": 1,
+        "dqn.buffer_size": 100_000,
+        "dqn.batch_size": 32,
+        "dqn.train_freq": 1,
+        "dqn.learning_starts": 5_000,
+        "dqn.exploration_fraction": 0.1,
+        "dqn.exploration_final_eps": 0.1,
+        "dqn.hidden_sizes": [],
+        "train.total_steps": 1_000_000,
+    },
+    # CleanRL's dqn_atari (lr 1e-4, batch 32, train every 4 steps, target every 1,000, epsilon
+    # 1 -> 0.01 over 10% of 10M steps, learning from 80k) with a 100k replay of shared frames
+    # (3.5 GB; CleanRL's 1M would be 35.3 GB). Defined and smoke-tested, not trained here.
+    **{
+        (f"ALE/{game}-v5", "dqn"): {
+            "env.kwargs": {"frameskip": 1},
+            "env.wrappers": ["orin_rl.image_envs:atari"],
+            "env.num_envs": 1,
+            "dqn.buffer_size": 100_000,
+            "dqn.share_frames": True,
+            "dqn.batch_size": 32,
+            "dqn.train_freq": 4,
+            "dqn.learning_rate": 1e-4,
+            "dqn.learning_starts": 80_000,
+            "dqn.exploration_final_eps": 0.01,
+            "dqn.hidden_sizes": [],
+            "train.total_steps": 10_000_000,
+        }
+        for game in ("Pong", "Breakout")
+    },
     ("CartPole-v1", "dqn"): {
         "env.num_envs": 1,
         "dqn.learning_rate": 2.3e-3,

@@ -71,6 +71,15 @@ def test_overlap_is_ppos_only(others):
     C.apply_overrides(C.Config(), others)  # valid without it
 
 
+@pytest.mark.parametrize("others", [["dqn.n_step=3"], ["online.enabled=true", "env.num_envs=1"]])
+def test_shared_frames_take_one_step_transitions_off_line(others):
+    """dqn.share_frames rebuilds next_obs from a one-step shift; the n-step window and the online
+    runner's own inserts would store what it cannot rebuild."""
+    with pytest.raises(C.ConfigError, match=r"dqn\.share_frames: one-step transitions"):
+        C.apply_overrides(C.Config(), ["train.algo=dqn", "dqn.share_frames=true", *others])
+    C.apply_overrides(C.Config(), ["train.algo=dqn", "dqn.share_frames=true"])  # valid alone
+
+
 @pytest.mark.parametrize("option", ["ppo.rsl_rl=true", "ppo.target_kl=0.02"])
 def test_single_agent_options_are_refused_with_many_agents(option):
     with pytest.raises(C.ConfigError, match=f"{option.split('=')[0]}: not supported"):

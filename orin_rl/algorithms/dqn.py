@@ -53,7 +53,7 @@ class DQN(OffPolicyAlgorithm):
 
     def _step(self, batch) -> tuple[torch.Tensor, ...]:
         cfg = self.cfg
-        obs, actions, next_obs = batch["obs"].flatten(1), batch["actions"], batch["next_obs"]
+        obs, actions, next_obs = batch["obs"].flatten(1), batch["actions"], self.next_obs(batch)
         with torch.no_grad(), self.autocast:
             # Double DQN: the online net picks a', the target net values it.
             best = self.q(next_obs.flatten(1)).argmax(-1, keepdim=True)

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from orin_rl.buffers import PrioritizedReplayBuffer, ReplayBuffer
-from orin_rl.buffers.replay import ReplayBatch
+from orin_rl.buffers.replay import ReplayBatch, ReplayError
 from orin_rl.capture import capture
 from orin_rl.envs import StepResult
 from orin_rl.models import PolicySpec
@@ -81,6 +81,18 @@ class NStepAccumulator:
         return out
 
 
+def newest_frame(obs: torch.Tensor, next_obs: torch.Tensor) -> torch.Tensor:
+    """(batch, H, W) newest frame of ``next_obs`` (batch, k, H, W), after checking that the rest
+    of it is ``obs`` shifted by one frame (a frame stack's step: FrameStackObservation's, its
+    final observation included), so ``OffPolicyAlgorithm.next_obs`` rebuilds it exactly."""
+    if not torch.equal(next_obs[:, :-1], obs[:, 1:]):
+        raise ReplayError(
+            "share_frames: next_obs is not obs shifted by one frame (observations that are not "
+            "a frame stack on their first axis); set share_frames false"
+        )
+    return next_obs[:, -1]
+
+
 class OffPolicyAlgorithm:
     """Base of SAC and DQN; subclasses build ``policy`` and define ``act`` and ``_step``."""
 
@@ -119,14 +131,23 @@ class OffPolicyAlgorithm:
         self.log_every = log_every
         discrete = spec.action_kind == "discrete"
         obs_shape = tuple(spec.obs_shape)
+        obs_dtype = getattr(torch, spec.obs_dtype)  # uint8 frames stay uint8 (replay_bytes)
         fields = {
-            "obs": (obs_shape, torch.float32),
+            "obs": (obs_shape, obs_dtype),
             "actions": ((), torch.int64) if discrete else ((spec.action_dim,), torch.float32),
             "rewards": ((), torch.float32),
-            "next_obs": (obs_shape, torch.float32),
+            "next_obs": (obs_shape, obs_dtype),
             "terminated": ((), torch.float32),
             "discounts": ((), torch.float32),
         }
+        self.share_frames = bool(getattr(cfg, "share_frames", False))
+        """next_obs kept as its newest frame (``newest_frame``), rebuilt by ``next_obs``."""
+        if self.share_frames:
+            if spec.obs_dtype != "uint8" or len(obs_shape) != 3:
+                raise ReplayError(f"share_frames needs uint8 frame stacks (k, H, W), not "
+                                  f"{spec.obs_dtype} {obs_shape}")  # fmt: skip
+            del fields["next_obs"]
+            fields["next_frame"] = (obs_shape[1:], obs_dtype)
         if cfg.prioritized:
             self.replay: ReplayBuffer = PrioritizedReplayBuffer(
                 cfg.buffer_size, fields, device, placement,
@@ -161,9 +182,18 @@ class OffPolicyAlgorithm:
                 "terminated": step.terminated.float(),
                 "discounts": torch.full_like(step.reward, self.cfg.gamma, dtype=torch.float32),
             }
+        if self.share_frames:
+            batch["next_frame"] = newest_frame(batch["obs"], batch.pop("next_obs"))
         if len(batch["obs"]):
             self.replay.add(batch)
         self.env_steps += self.num_envs
+
+    def next_obs(self, batch: ReplayBatch) -> torch.Tensor:
+        """(batch, *obs_shape) next observations of a sampled batch; with ``share_frames``
+        obs[1:] + the stored newest frame (what ``newest_frame`` checked at the insert)."""
+        if not self.share_frames:
+            return batch["next_obs"]
+        return torch.cat([batch["obs"][:, 1:], batch["next_frame"].unsqueeze(1)], dim=1)
 
     def compute_returns(self, last_obs: torch.Tensor) -> None:
         """Nothing to do: targets are computed for each sampled batch."""

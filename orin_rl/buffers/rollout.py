@@ -102,9 +102,12 @@ class RolloutBuffer:
         storage: dict[str, memory.Storage] | None = None,
         keep_action_means: bool = False,
         float_dtype: torch.dtype = torch.float32,
+        obs_dtype: torch.dtype | None = None,
     ):
         """``keep_action_means``: store each step's Gaussian mean too (rsl_rl's exact KL).
-        ``float_dtype``: of every float field (float64 for reference tests)."""
+        ``float_dtype``: of every float field (float64 for reference tests). ``obs_dtype``: of
+        the observations where it is not ``float_dtype`` (``torch.uint8`` frames, stored as the
+        env gives them: the network scales them)."""
         self.num_steps = num_steps
         self.num_envs = num_envs
         self.device = torch.device(device)
@@ -126,7 +129,7 @@ class RolloutBuffer:
 
         f32, boolean = float_dtype, torch.bool
         per_env = {
-            "obs": (tuple(obs_shape), f32),
+            "obs": (tuple(obs_shape), obs_dtype or f32),
             "actions": (tuple(action_shape), action_dtype),
             "logprobs": ((), f32),
             "values": ((), f32),

@@ -115,16 +115,19 @@ class GymVecEnv(VecEnv):
 
         On an integrated GPU (Orin) the CPU then writes into the DRAM the GPU reads, and no
         host-to-device copy is made. The tensors a ``step``/``reset`` returns are views of that
-        storage, valid until the second-next call (two sets alternate). Float observations only:
-        the storage is float32.
+        storage, valid until the second-next call (two sets alternate). Float observations are
+        stored float32, uint8 frames uint8.
         """
-        if not np.issubdtype(self.observation_space.dtype, np.floating):
-            raise EnvError(
-                f"staged outputs hold float32 observations; {self.observation_space} is not float"
-            )
-        shape = tuple(self.observation_space.shape)
+        space = self.observation_space
+        if space.dtype == np.uint8:
+            obs_dtype = torch.uint8
+        elif np.issubdtype(space.dtype, np.floating):
+            obs_dtype = torch.float32
+        else:
+            raise EnvError(f"staged outputs hold float32 or uint8 observations, not {space}")
+        shape = tuple(space.shape)
         n, f32 = self.num_envs, torch.float32
-        layout = {"obs": (shape, f32), "final_obs": (shape, f32), "reward": ((), f32),
+        layout = {"obs": (shape, obs_dtype), "final_obs": (shape, obs_dtype), "reward": ((), f32),
                   "terminated": ((), torch.bool), "truncated": ((), torch.bool)}  # fmt: skip
         self._staged = {
             name: memory.allocate((2, n, *per_env), dtype, placement, self.device)

@@ -85,7 +85,8 @@ def record_observations(
     wrappers: list[Any] | None = None,
     facts: dict[str, Any] | None = None,
 ) -> np.ndarray:
-    """Raw observations met by the deterministic policy in its environment (count, *obs_shape).
+    """Raw observations met by the deterministic policy in its environment (count, *obs_shape):
+    float32, or uint8 for image frames (the exported input and the int8 calibration set).
 
     ``facts``, where given, receives the env's deploy contract (a robot task's; see
     ``orin_rl.robot.contract``) under ``"deploy"``."""
@@ -115,12 +116,16 @@ def record_observations(
                 obs = env.step(policy.act_deterministic(policy.normalize(obs))).obs
     finally:
         env.close()
-    return np.concatenate(rows)[:count].astype(np.float32)
+    recorded = np.concatenate(rows)[:count]
+    return recorded if recorded.dtype == np.uint8 else recorded.astype(np.float32)
 
 
 def random_observations(recorded: np.ndarray, count: int, seed: int) -> np.ndarray:
-    """Observations around and beyond the recorded ones: mean ± 3 std, Gaussian."""
+    """Observations around and beyond the recorded ones: mean ± 3 std, Gaussian; for uint8
+    frames, uniform pixels over the whole 0-255 range."""
     rng = np.random.default_rng(seed)
+    if recorded.dtype == np.uint8:
+        return rng.integers(0, 256, (count, *recorded.shape[1:]), dtype=np.uint8)
     mean, std = recorded.mean(0), recorded.std(0) + 1e-3
     return (mean + 3.0 * std * rng.standard_normal((count, *recorded.shape[1:]))).astype(np.float32)
 
@@ -197,9 +202,19 @@ def int8_acceptable(errors: dict[str, float], discrete: bool) -> tuple[bool, str
     )
 
 
-def _to_onnx(module: nn.Module, obs_shape: list[int], batch: int | str, opset: int, discrete: bool):
+def _to_onnx(
+    module: nn.Module,
+    obs_shape: list[int],
+    batch: int | str,
+    opset: int,
+    discrete: bool,
+    obs_dtype: str = "float32",
+):
+    """The traced, simplified and checked ONNX model of ``module``; its input ``obs`` has
+    ``obs_dtype`` (uint8 frames: the encoder's cast and x / 255 are in the graph)."""
     onnx = _require("onnx")
-    example = torch.zeros((1 if batch == "dynamic" else int(batch), *obs_shape))
+    size = 1 if batch == "dynamic" else int(batch)
+    example = torch.zeros((size, *obs_shape), dtype=getattr(torch, obs_dtype))
     output_names = ["action", "logits"] if discrete else ["action"]
     dynamic = None
     if batch == "dynamic":
@@ -279,8 +294,11 @@ def _io_layers(model_bytes: bytes) -> list[str]:
             node = next((producers[i] for i in node.input if i in producers), None)
         if node is not None:
             keep.append(node.name)
-    # First layers read the (normalised) observation through a few elementwise ops.
-    if not any(inputs & set(n.input) for n in matmuls) and matmuls:
+    # First layers read the (normalised) observation through a few elementwise ops. An image
+    # encoder's convolutions read the frames (pixels of one scale): they and its dense layer
+    # quantise.
+    convs = any(n.op_type == "Conv" for n in graph.node)
+    if not any(inputs & set(n.input) for n in matmuls) and matmuls and not convs:
         keep.append(matmuls[0].name)
     return sorted(set(keep))
 
@@ -381,7 +399,7 @@ def export_bundle(
         observations = observations[: len(observations) // batch * batch]
 
     module = DeterministicPolicy(policy, clip_actions, fp16=fp16).eval()
-    model = _to_onnx(module, spec.deploy_obs_shape, batch, opset, discrete)
+    model = _to_onnx(module, spec.deploy_obs_shape, batch, opset, discrete, spec.obs_dtype)
     model_bytes = model.SerializeToString()
     session = _session(model_bytes)
     reference = _torch_outputs(DeterministicPolicy(policy, clip_actions).eval(), observations)
@@ -478,6 +496,8 @@ def _action_space(spec: PolicySpec) -> dict[str, Any]:
 
 
 def _normalizer(policy: ActorCritic, spec: PolicySpec) -> dict[str, Any] | None:
+    if spec.encoder is not None:  # the image encoder's own scaling, after the uint8 input
+        return {"folded_into_graph": True, "formula": "x / 255", "input_dtype": spec.obs_dtype}
     norm = policy.obs_normalizer
     inside = getattr(policy, "actor_normalizer", None)
     if inside is not None:  # rsl_rl's: (x - mean) / (std + eps), no clip

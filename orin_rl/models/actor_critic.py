@@ -10,6 +10,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from orin_rl.models.cnn import ENCODERS, ImageEncoder, image_encoder_kind
 from orin_rl.models.distributions import Categorical, DiagGaussian
 from orin_rl.models.normalizer import EmpiricalNormalizer, ObsNormalizer
 
@@ -53,6 +54,11 @@ class PolicySpec:
     """rsl_rl's network: torch's default layer init, a learned std (``ppo.rsl_rl``) and, with
     ``normalize_obs``, rsl_rl's normalisers: one inside the actor and one inside the critic,
     each over its own group, ``(x - mean) / (std + 1e-2)`` unclipped (``EmpiricalNormalizer``)."""
+    obs_dtype: str = "float32"
+    """The observation's dtype as stored and deployed: ``uint8`` for image frames."""
+    encoder: str | None = None
+    """Image encoder in front of both MLPs (``models.cnn.ENCODERS``: ``nature``, ``small``);
+    None: the flat observation goes to the MLPs."""
 
     def group_dim(self, role: str) -> int:
         """Input width of the ``actor`` or the ``critic``."""
@@ -74,6 +80,9 @@ class PolicySpec:
         if not isinstance(observation_space, gym.spaces.Box):
             raise ValueError(f"observation space {observation_space} is not a Box")
         obs_shape = list(observation_space.shape)
+        if observation_space.dtype == np.uint8:  # frames: stored, learned from, deployed uint8
+            kwargs.setdefault("obs_dtype", "uint8")
+            kwargs.setdefault("encoder", image_encoder_kind(obs_shape, "uint8"))
         if isinstance(action_space, gym.spaces.Discrete):
             return cls(obs_shape, "discrete", int(action_space.n), **kwargs)
         if isinstance(action_space, gym.spaces.Box) and len(action_space.shape) == 1:
@@ -149,8 +158,15 @@ class ActorCritic(SampledPolicy, nn.Module):
         critic_hidden = spec.critic_hidden_sizes or spec.hidden_sizes
         ortho = not spec.rsl_rl
         actor_in, critic_in = spec.group_dim("actor"), spec.group_dim("critic")
+        if spec.encoder is not None:
+            _check_image_spec(spec)
+            actor_in = critic_in = ENCODERS[spec.encoder][1]  # its feature width
         self.actor = mlp(actor_in, spec.hidden_sizes, out_dim, spec.activation, 0.01, ortho)
         self.critic = mlp(critic_in, critic_hidden, 1, spec.activation, 1.0, ortho)
+        if spec.encoder is not None:  # each its own encoder, first in its Sequential: whatever
+            # takes ``actor`` (the deployed policy, DQN's Q, SAC's actor) takes the frames
+            self.actor = nn.Sequential(ImageEncoder(spec.obs_shape, spec.encoder), *self.actor)
+            self.critic = nn.Sequential(ImageEncoder(spec.obs_shape, spec.encoder), *self.critic)
         groups = spec.obs_groups
         self._actor_part = slice(*groups["actor"]) if groups else slice(None)
         self._critic_part = slice(*groups["critic"]) if groups else slice(None)
@@ -224,6 +240,18 @@ class ActorCritic(SampledPolicy, nn.Module):
             mean = at_least_fp32(self.actor(self.actor_input(obs)))[:, : self.spec.action_dim]
             return squash_to_bounds(mean, self.spec.action_low, self.spec.action_high)
         return self.distribution(obs).mode()
+
+
+def _check_image_spec(spec: PolicySpec) -> None:
+    """Refuse what an image encoder cannot take, saying what to change."""
+    if spec.normalize_obs:
+        raise ValueError(
+            "normalize_obs with image observations: the encoder scales the uint8 frames "
+            "(x / 255) itself; set ppo.normalize_obs false"
+        )
+    if spec.obs_groups is not None:
+        raise ValueError("actor and critic observation groups with image observations: an "
+                         "image is one observation for both")  # fmt: skip
 
 
 def at_least_fp32(x: torch.Tensor) -> torch.Tensor:

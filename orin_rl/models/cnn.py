@@ -1,10 +1,16 @@
-"""The seed's CNN policy: 3 convolutions + 2 fully connected layers on 256×256 images.
+"""Convolutional networks: the image encoders of the policies, and the seed's benchmark CNN.
 
-Used as a heavier reference model by the export and runtime benchmarks (``--model cnn-seed``).
+``ImageEncoder`` is what a policy on frames sees through (chosen from the observation space by
+``image_encoder_kind``); ``SeedCNNPolicy`` (3 convolutions + 2 fully connected layers on 256×256
+images) is the heavier reference model of the export and runtime benchmarks (``--model
+cnn-seed``).
 """
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
 import torch
 from torch import nn
 
@@ -34,3 +40,71 @@ class SeedCNNPolicy(nn.Module):
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         return self.head(self.features(obs))
+
+
+# Image encoders of the policies: (out_channels, kernel, stride) of each convolution, then the
+# width of the fully connected feature layer.
+ENCODERS: dict[str, tuple[tuple[tuple[int, int, int], ...], int]] = {
+    # Mnih et al. 2015 (Nature DQN), as SB3's NatureCNN and CleanRL's Atari agents: 84×84 stacks.
+    "nature": (((32, 8, 4), (64, 4, 2), (64, 3, 1)), 512),
+    # Young & Tian 2019 (MinAtar): one 3×3 convolution of 16 channels, 128 hidden units.
+    "small": (((16, 3, 1),), 128),
+}
+NATURE_MIN_SIZE = 36
+"""The smallest side the Nature stack takes (8/4 → 4/2 → 3/1 leaves one pixel)."""
+
+
+def channels_first(image_shape: tuple[int, ...] | list[int]) -> bool:
+    """Whether a 3-D image is (C, H, W): its smallest side comes first (SB3's rule); else it
+    is (H, W, C), as gymnasium's rendered frames are."""
+    return int(np.argmin(image_shape)) == 0
+
+
+def image_encoder_kind(obs_shape: tuple[int, ...] | list[int], dtype: str) -> str | None:
+    """The encoder for an observation: ``nature`` for uint8 frames of 36 px or more a side
+    (84×84 Atari stacks), ``small`` for smaller uint8 grids (MinAtar's 10×10), None for
+    anything else (flat vectors go to the MLP). Frames are (C, H, W) or (H, W, C)."""
+    if dtype != "uint8" or len(obs_shape) != 3:
+        return None
+    spatial = obs_shape[1:] if channels_first(obs_shape) else obs_shape[:2]
+    return "nature" if min(spatial) >= NATURE_MIN_SIZE else "small"
+
+
+class ImageEncoder(nn.Module):
+    """uint8 frames (batch, C, H, W) or (batch, H, W, C) (``channels_first``), or their
+    flattened rows, → (batch, features) float: scaled to [0, 1] here (x / 255, so the storage
+    and the exported input stay uint8), then ReLU convolutions and one ReLU fully connected
+    layer (orthogonal init, gain sqrt(2), as SB3 and CleanRL)."""
+
+    def __init__(self, image_shape: tuple[int, ...] | list[int], kind: str):
+        super().__init__()
+        if kind not in ENCODERS:
+            raise ValueError(f"image encoder {kind!r} not in {sorted(ENCODERS)}")
+        self.image_shape = tuple(int(d) for d in image_shape)
+        self.channels_last = not channels_first(self.image_shape)
+        chw = self.image_shape  # (C, H, W) of the convolutions
+        if self.channels_last:
+            h, w, c = self.image_shape
+            chw = (c, h, w)
+        convs, self.features = ENCODERS[kind]
+        layers: list[nn.Module] = []
+        channels = chw[0]
+        for out, kernel, stride in convs:
+            layers += [nn.Conv2d(channels, out, kernel, stride), nn.ReLU()]
+            channels = out
+        self.convs = nn.Sequential(*layers, nn.Flatten())
+        with torch.no_grad():
+            flat = self.convs(torch.zeros(1, *chw)).shape[1]
+        self.fc = nn.Sequential(nn.Linear(flat, self.features), nn.ReLU())
+        for layer in (*self.convs, *self.fc):
+            if isinstance(layer, (nn.Conv2d, nn.Linear)):
+                nn.init.orthogonal_(layer.weight, math.sqrt(2.0))
+                nn.init.zeros_(layer.bias)
+
+    def forward(self, frames: torch.Tensor) -> torch.Tensor:
+        """(batch, features) of uint8 ``frames`` (any float dtype is scaled the same way)."""
+        x = frames.reshape(-1, *self.image_shape)
+        if self.channels_last:
+            x = x.permute(0, 3, 1, 2)  # (batch, H, W, C) -> (batch, C, H, W)
+        x = x.to(self.fc[0].weight.dtype) * (1.0 / 255.0)  # (batch, C, H, W) in [0, 1]
+        return self.fc(self.convs(x))

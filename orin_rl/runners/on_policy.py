@@ -145,6 +145,7 @@ class OnPolicyRunner(Runner):
             cfg.ppo.num_minibatches,
             storage,
             keep_action_means=cfg.ppo.rsl_rl and not discrete,  # rsl_rl's exact KL
+            obs_dtype=getattr(torch, spec.obs_dtype),  # uint8 frames stay uint8
         )
 
     def _make_obs_into_buffer(self) -> None:
@@ -164,7 +165,7 @@ class OnPolicyRunner(Runner):
             and self.fused is None
             and not self.use_graphs
             and self.buffer.host_writable
-            and np.issubdtype(env_obs.dtype, np.floating)
+            and (np.issubdtype(env_obs.dtype, np.floating) or env_obs.dtype == np.uint8)
             # overlapped on CUDA, the collector's host writes would meet the learner's kernels
             # in managed memory (Tegra: concurrentManagedAccess 0)
             and not (self.cfg.train.overlap and self.device.type == "cuda")

@@ -34,7 +34,11 @@ def rss_mb() -> float:
 def time_backend(backend: Backend, batch: int, iters: int, seed: int = 0) -> dict[str, float]:
     """Latency statistics of ``iters`` calls at ``batch`` (after a warm-up)."""
     shape = [batch if i == 0 else d for i, d in enumerate(backend.input_spec.shape)]
-    obs = np.random.default_rng(seed).standard_normal(shape).astype(backend.input_spec.dtype)
+    rng, dtype = np.random.default_rng(seed), np.dtype(backend.input_spec.dtype)
+    if dtype == np.uint8:  # frames: pixels over their whole range
+        obs = rng.integers(0, 256, shape, dtype=np.uint8)
+    else:
+        obs = rng.standard_normal(shape).astype(dtype)
     for _ in range(max(10, iters // 20)):
         backend.infer(obs)
     samples = np.empty(iters)

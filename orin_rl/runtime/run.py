@@ -33,7 +33,9 @@ class EnvDriver:
 
         self.env = make_env(self.env_id, self.env_config)
         obs, _ = self.env.reset(seed=self.seed)
-        self.obs = np.asarray(obs, dtype=np.float32)[None]
+        space_dtype = self.env.observation_space.dtype
+        dtype = np.uint8 if space_dtype == np.uint8 else np.float32  # frames stay uint8
+        self.obs = np.asarray(obs, dtype=dtype)[None]
         self.returns: list[float] = []
         self.episode_ends: list[int] = []
         """Ticks (0-based) whose step ended an episode (the env's reset ran in them)."""

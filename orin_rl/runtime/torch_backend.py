@@ -110,7 +110,7 @@ class TorchBackend(Backend):
 
         policy, spec, _ = load_policy(run_dir)
         discrete = spec.action_kind == "discrete"
-        obs = TensorSpec("obs", ["batch", *spec.deploy_obs_shape], "float32")
+        obs = TensorSpec("obs", ["batch", *spec.deploy_obs_shape], spec.obs_dtype)
         action = TensorSpec(
             "action",
             ["batch"] if discrete else ["batch", spec.action_dim],
@@ -152,11 +152,12 @@ class TorchBackend(Backend):
     def _capture(self, batch: int) -> _Graph:
         """Capture host input → forward → host output for ``batch`` rows."""
         torch = self.torch
-        host_in = torch.zeros((batch, *self._fixed), dtype=torch.float32, pin_memory=True)
+        dtype = getattr(torch, self.input_spec.dtype)  # float32, or uint8 frames
+        host_in = torch.zeros((batch, *self._fixed), dtype=dtype, pin_memory=True)
         if self.mapped:
             dev_in = self._mapped_view(host_in)  # the graph reads the host buffer in place
         else:
-            dev_in = torch.zeros(host_in.shape, device=self.device)
+            dev_in = torch.zeros(host_in.shape, dtype=dtype, device=self.device)
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side), torch.inference_mode():

@@ -179,7 +179,7 @@ class TestErrors:
 
     def test_staging_needs_float_observations(self):
         vec = make("FrozenLake-v1", 1, seed=0)
-        with pytest.raises(EnvError, match="not float"):
+        with pytest.raises(EnvError, match="float32 or uint8 observations"):
             vec.stage_outputs("host")
 
     def test_unknown_env(self):

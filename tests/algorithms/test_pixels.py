@@ -1,0 +1,144 @@
+"""Frames stay uint8 from the env to the learner: PPO's rollout storage and minibatches, DQN's
+replay buffer (the bytes of a scaled-down 1M-transition Atari buffer as stated)."""
+
+from __future__ import annotations
+
+import itertools
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from orin_rl import config as config_mod
+from orin_rl.algorithms import PPO
+from orin_rl.algorithms.dqn import DQN
+from orin_rl.buffers.replay import ReplayError
+from orin_rl.config import Config, DQNConfig
+from orin_rl.envs import StepResult
+from orin_rl.models import PolicySpec
+from orin_rl.runners import train
+
+pytest.importorskip("minatar", reason="MinAtar is in the pixels extra")
+
+ATARI = (4, 84, 84)
+"""A stack of 4 grey 84x84 frames (orin_rl.image_envs.atari)."""
+FRAME_BYTES = 4 * 84 * 84  # 28,224 bytes of uint8 (112,896 as float32)
+SCALAR_BYTES = 8 + 4 + 4 + 4  # actions int64, rewards, terminated, discounts float32
+ATARI_TRANSITION_BYTES = 2 * FRAME_BYTES + SCALAR_BYTES  # obs + next_obs: 56,468
+"""Bytes of one stored Atari transition: 1M of them are 56.47 GB (float32 frames: 225.8 GB)."""
+
+
+def _minatar_cfg(**over) -> Config:
+    cfg = Config()
+    values = {
+        "env.env_id": "MinAtar/Breakout-v1", "env.wrappers": ["orin_rl.image_envs:minatar"],
+        "env.num_envs": 2, "ppo.num_steps": 8, "ppo.num_minibatches": 2, "ppo.num_epochs": 1,
+        "ppo.hidden_sizes": [], "train.device": "cpu", "train.total_steps": 32,
+        "train.eval_every": 0, "train.eval_episodes": 1, "train.tensorboard": False,
+        **over,
+    }  # fmt: skip
+    for key, value in values.items():
+        config_mod.set_value(cfg, key, value)
+    return cfg
+
+
+class TestPPOFrames:
+    def test_rollout_and_minibatches_hold_the_envs_uint8_frames(self, tmp_path, monkeypatch):
+        """The env writes its uint8 frames into the rollout storage; the update reads uint8
+        minibatches: no float copy of a frame anywhere on the way (4 bytes a pixel)."""
+        seen = {}
+        update = PPO.update
+
+        def spy(self):
+            seen["storage"] = self.buffer.obs.dtype, self.buffer.obs.nbytes
+            seen["minibatch"] = next(iter(self.buffer.minibatches(1))).obs.dtype
+            seen["frames"] = self.buffer.obs.clone()
+            return update(self)
+
+        monkeypatch.setattr(PPO, "update", spy)
+        summary = train(_minatar_cfg(), tmp_path / "run", progress=False)
+        assert summary["obs_into_buffer"] is True  # the env wrote straight into the storage
+        # (num_steps, num_envs, C, 10, 10) one byte a pixel
+        assert seen["storage"] == (torch.uint8, 8 * 2 * 4 * 10 * 10)
+        assert seen["minibatch"] == torch.uint8
+        assert set(seen["frames"].unique().tolist()) <= {0, 255}  # MinAtar's 0/1, x 255
+
+
+def _atari_dqn(capacity: int, n_step: int = 1, share_frames: bool = False) -> DQN:
+    space = gym.spaces.Box(0, 255, ATARI, np.uint8)
+    spec = PolicySpec.from_spaces(space, gym.spaces.Discrete(6), hidden_sizes=[])
+    cfg = DQNConfig(buffer_size=capacity, batch_size=4, n_step=n_step, learning_starts=0,
+                    share_frames=share_frames)  # fmt: skip
+    return DQN(spec, cfg, 2, torch.device("cpu"), "host", 1, total_steps=100)
+
+
+class TestAtariReplayBytes:
+    @pytest.mark.parametrize("n_step", [1, 3])
+    def test_scaled_down_1m_buffer_holds_the_stated_bytes(self, n_step):
+        """1,000 transitions (1M / 1,000) take exactly 1,000 x 56,468 bytes, and frames go in,
+        are kept and come out as uint8 after real env steps and a gradient step."""
+        algo = _atari_dqn(1_000, n_step)
+        assert algo.replay.nbytes == 1_000 * ATARI_TRANSITION_BYTES  # 56.47 MB
+        frames = torch.randint(0, 256, (2, *ATARI), dtype=torch.uint8)
+        for t in range(6):
+            algo.act(frames)
+            nxt = torch.randint(0, 256, (2, *ATARI), dtype=torch.uint8)
+            ended = torch.tensor([t == 4, False])
+            algo.process_env_step(StepResult(nxt, torch.ones(2), ended, torch.zeros(2, dtype=torch.bool), nxt, {}))  # fmt: skip
+            frames = nxt
+        assert len(algo.replay) > 0 and algo.replay.nbytes == 1_000 * ATARI_TRANSITION_BYTES
+        batch = algo.replay.sample(4)
+        assert batch["obs"].dtype == batch["next_obs"].dtype == torch.uint8
+        algo.update()
+        assert algo.grad_steps == algo.cfg.gradient_steps
+
+
+def test_sac_on_frames_is_refused(tmp_path):
+    """SAC's Q networks take flat vectors: rendered frames (Pendulum's (500, 500, 3) uint8)
+    stop the run at its start with what to use instead."""
+    from orin_rl.errors import OrinError
+
+    cfg = Config()
+    values = {
+        "env.env_id": "Pendulum-v1", "env.num_envs": 1, "env.kwargs": {"render_mode": "rgb_array"},
+        "env.wrappers": ["gymnasium.wrappers:AddRenderObservation"], "train.algo": "sac",
+        "train.device": "cpu", "train.total_steps": 64, "train.tensorboard": False,
+    }  # fmt: skip
+    for key, value in values.items():
+        config_mod.set_value(cfg, key, value)
+    with pytest.raises(OrinError, match=r"SAC on image observations .* train it with ppo, or dqn"):
+        train(cfg, tmp_path / "run", progress=False)
+
+
+class TestSharedFrames:
+    """``dqn.share_frames``: next_obs kept as its newest frame, rebuilt as obs[1:] + it."""
+
+    @staticmethod
+    def _stacks(steps: int, envs: int = 2) -> list[torch.Tensor]:
+        """Observations of a 4-frame stack moving one frame a step (FrameStackObservation's)."""
+        g = torch.Generator().manual_seed(0)
+        frames = torch.randint(0, 256, (steps + 3, envs, 84, 84), dtype=torch.uint8, generator=g)
+        return [frames[t : t + 4].transpose(0, 1).contiguous() for t in range(steps)]
+
+    def test_bytes_and_next_obs_rebuilt_exactly(self):
+        algo = _atari_dqn(1_000, share_frames=True)
+        # obs (28,224) + the next frame (7,056) + scalars (20): 1M transitions are 35.3 GB
+        assert algo.replay.nbytes == 1_000 * (FRAME_BYTES + 84 * 84 + SCALAR_BYTES)
+        stacks = self._stacks(9)
+        for obs, nxt in itertools.pairwise(stacks):
+            algo.act(obs)
+            done = torch.zeros(2, dtype=torch.bool)
+            algo.process_env_step(StepResult(nxt, torch.ones(2), done, done, nxt, {}))
+        stored = algo.replay.sample(8)
+        truth = {bytes(o.numpy()): n for o, n in zip(torch.cat(stacks[:-1]), torch.cat(stacks[1:]), strict=True)}  # fmt: skip
+        expected = torch.stack([truth[bytes(o.numpy())] for o in stored["obs"]])
+        assert torch.equal(algo.next_obs(stored), expected)
+
+    def test_observations_that_are_not_a_stack_are_refused(self):
+        algo = _atari_dqn(1_000, share_frames=True)
+        obs, nxt = (torch.randint(0, 256, (2, *ATARI), dtype=torch.uint8) for _ in range(2))
+        algo.act(obs)
+        done = torch.zeros(2, dtype=torch.bool)
+        with pytest.raises(ReplayError, match="not obs shifted by one frame"):
+            algo.process_env_step(StepResult(nxt, torch.ones(2), done, done, nxt, {}))

@@ -1,0 +1,80 @@
+"""The pixel presets run as defined: Atari Pong and Breakout (ale-py's ROMs, the Nature encoder
+on (4, 84, 84) uint8 stacks) and MinAtar (the small encoder), PPO and MinAtar's DQN, each for
+one short iteration. Whether MinAtar learns is a benchmark (tools/bench_pixels.py), not a test."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from orin_rl import config as config_mod
+from orin_rl.algorithms import PPO
+from orin_rl.algorithms.dqn import DQN
+from orin_rl.config import Config
+from orin_rl.presets import preset_overrides
+from orin_rl.runners import train
+
+SHORT = {"train.device": "cpu", "train.eval_every": 0, "train.eval_episodes": 1,
+         "train.tensorboard": False, "train.seed": 3}  # fmt: skip
+
+
+def _config(env_id: str, algo: str = "ppo", **extra) -> Config:
+    overrides = {**preset_overrides(env_id, algo), **SHORT, **extra}
+    return config_mod.apply_overrides(
+        Config(), [f"{k}={json.dumps(v)}" for k, v in overrides.items()]
+    )
+
+
+def _spy_policy(monkeypatch, cls) -> dict:
+    seen: dict = {}
+    update = cls.update
+
+    def spy(self):
+        seen["spec"] = self.policy.spec
+        seen["fields"] = set(getattr(self, "replay", None).specs) if cls is DQN else None
+        return update(self)
+
+    monkeypatch.setattr(cls, "update", spy)
+    return seen
+
+
+@pytest.mark.parametrize("game", ["Pong", "Breakout"])
+def test_atari_preset_trains_an_iteration(tmp_path, monkeypatch, game):
+    pytest.importorskip("ale_py", reason="ale-py is in the pixels extra")
+    pytest.importorskip("cv2", reason="AtariPreprocessing needs OpenCV (the pixels extra)")
+    seen = _spy_policy(monkeypatch, PPO)
+    cfg = _config(f"ALE/{game}-v5", **{"env.num_envs": 2, "ppo.num_steps": 16,
+                                       "ppo.num_minibatches": 2, "train.total_steps": 32})  # fmt: skip
+    summary = train(cfg, tmp_path / "run", progress=False)
+    spec = seen["spec"]
+    assert (spec.obs_shape, spec.obs_dtype, spec.encoder) == ([4, 84, 84], "uint8", "nature")
+    assert summary["total_steps"] == 32 and summary["obs_into_buffer"] is True
+    assert summary["eval_episodes"] == 1
+
+
+def test_minatar_dqn_preset_trains(tmp_path, monkeypatch):
+    pytest.importorskip("minatar", reason="MinAtar is in the pixels extra")
+    seen = _spy_policy(monkeypatch, DQN)
+    cfg = _config("MinAtar/Breakout-v1", "dqn",
+                  **{"dqn.learning_starts": 64, "train.total_steps": 256})  # fmt: skip
+    train(cfg, tmp_path / "run", progress=False)
+    spec = seen["spec"]
+    assert (spec.obs_shape, spec.obs_dtype, spec.encoder) == ([4, 10, 10], "uint8", "small")
+    state = torch.load(tmp_path / "run" / "checkpoint.pt", weights_only=True)
+    assert state["algo"]["grad_steps"] > 0
+
+
+def test_atari_dqn_preset_shares_frames_on_real_stacks(tmp_path, monkeypatch):
+    """ale-py's frames through AtariPreprocessing and FrameStackObservation are a stack moving
+    one frame a step (every insert checks it), so the replay keeps next_obs as one frame."""
+    pytest.importorskip("ale_py", reason="ale-py is in the pixels extra")
+    pytest.importorskip("cv2", reason="AtariPreprocessing needs OpenCV (the pixels extra)")
+    seen = _spy_policy(monkeypatch, DQN)
+    cfg = _config("ALE/Pong-v5", "dqn", **{"dqn.learning_starts": 64, "dqn.buffer_size": 512,
+                                          "train.total_steps": 192})  # fmt: skip
+    train(cfg, tmp_path / "run", progress=False)
+    assert seen["spec"].encoder == "nature" and "next_obs" not in seen["fields"]
+    state = torch.load(tmp_path / "run" / "checkpoint.pt", weights_only=True)
+    assert state["algo"]["grad_steps"] > 0
