@@ -157,23 +157,6 @@ def _build(make: Any, cfg: Any, device: str, env_id: str) -> Any:
     raise AssertionError("the second build returns or raises")
 
 
-def refuse_camera_tasks(env_id: str, cfg: Any) -> None:
-    """A task with camera sensors (Mjlab-Lift-Cube-Yam-Rgb, -Depth: their images in a
-    ``camera`` observation group) is one line, before anything is built: this adapter feeds the
-    policy the actor and critic vector groups only, so the frames MuJoCo Warp renders (on CUDA or
-    on Warp's CPU device alike) would never reach it."""
-    from mjlab.sensor import CameraSensorCfg
-
-    cameras = [s for s in cfg.scene.sensors or () if isinstance(s, CameraSensorCfg)]
-    if cameras:
-        what = ", ".join(f"{s.name} {'+'.join(s.data_types)} {s.width}x{s.height}" for s in cameras)
-        raise EnvError(
-            f"{env_id}: its camera ({what}) gives image observations, and orin_rl's mjlab "
-            "adapter feeds the policy the actor and critic vector groups only (image + state "
-            "policies for mjlab tasks are not built): train it with mjlab's own runner"
-        )
-
-
 class MjlabVecEnv(VecEnv):
     """One mjlab ``ManagerBasedRlEnv`` of ``num_envs`` worlds behind the VecEnv contract."""
 
@@ -204,6 +187,8 @@ class MjlabVecEnv(VecEnv):
             cfg.episode_length_s = options.max_episode_steps * step_dt
         elif options.evaluation:  # play episodes never end by time: cut them as training does
             cfg.episode_length_s = train_cfg.episode_length_s
+        from orin_rl.envs.mjlab_tasks import refuse_camera_tasks
+
         refuse_camera_tasks(env_id, cfg)
         cfg.scene.num_envs = num_envs
         if options.seed is not None:

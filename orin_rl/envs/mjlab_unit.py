@@ -120,7 +120,8 @@ class _Unit(_Segment):
     def run(self, action: torch.Tensor) -> tuple[Any, ...]:
         """``SegmentedStep._step`` (masked) with its device work one capture."""
         step, env, m = self.step, self.step.env, self.step.masked
-        assert m is not None
+        if m is None:
+            raise RuntimeError("the one-unit masked step runs with masked resets only")
         t = step._clock(0.0, "")
         step._log.clear()
         env.extras["log"] = step._log
@@ -155,7 +156,8 @@ def _device_work(step: SegmentedStep) -> tuple[Any, ...]:
     """Every device op of the masked step, in ``SegmentedStep._step`` + ``masked_tail``'s order:
     (rewards' outputs, terminal observation or None, the reset's log, the observations)."""
     env, m = step.env, step.masked
-    assert m is not None
+    if m is None:
+        raise RuntimeError("the one-unit masked step runs with masked resets only")
     outputs = _physics_work(step)
     env.reset_buf, env.reset_terminated, env.reset_time_outs, env.reward_buf = outputs
     m.interval_events()

@@ -13,7 +13,8 @@ else:
     pytest.importorskip("mjlab", reason="needs the mjlab extra: pip install -e '.[mjlab]'")
 
 from orin_rl.envs.base import EnvError
-from orin_rl.envs.mjlab import MjlabVecEnv, import_mjlab, refuse_camera_tasks
+from orin_rl.envs.mjlab import MjlabVecEnv, import_mjlab
+from orin_rl.envs.mjlab_tasks import refuse_camera_tasks
 
 
 @pytest.mark.parametrize(("task", "kind"), [("Mjlab-Lift-Cube-Yam-Depth", "depth"),
