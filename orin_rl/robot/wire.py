@@ -212,14 +212,24 @@ def use_peers(addresses: list[str] | None) -> None:
 
 
 def release_domains() -> None:
-    """Delete the domains this process configured, and with them their participants and
-    CycloneDDS's threads (a command's last step: ``run --plant``, ``sim-robot``). Left to the
-    interpreter's exit, those threads outlive Python's teardown: the arm64 plant under QEMU
-    crashed there (SIGSEGV, heap corruption) after writing its report, every time; deleted
-    first, it exits with its own code. The binding has no public delete: ``__del__`` is it,
-    called while the object lives (0.10.2's skips the delete when the garbage collector calls
-    it: the weak registry it checks has already dropped the entity)."""
-    for domain, _ in list(_DOMAINS.values()):
+    """Delete every CycloneDDS entity this process holds (readers, writers, topics,
+    participants), then the domains it configured, and with them CycloneDDS's threads: a
+    command's last step (``run --plant``, ``sim-robot``). Left to the interpreter's exit, the
+    arm64 plant under QEMU crashed in the teardown (SIGSEGV, heap corruption) after writing its
+    report, 3 runs of 3, also with the domains alone deleted first; with every entity deleted
+    first it exits with its own code. The binding has no public delete: ``__del__`` is it,
+    called while the object lives (the garbage collector's call deletes nothing: the weak
+    registry it checks has dropped the entity by then, in 0.10.2 as in 11.0.1)."""
+    import gc
+
+    from cyclonedds.core import Entity
+
+    gc.collect()
+    domains = [domain for domain, _ in _DOMAINS.values()]
+    for entity in list(Entity._entities.values()):
+        if all(entity is not domain for domain in domains):
+            entity.__del__()
+    for domain in domains:
         domain.__del__()
     _DOMAINS.clear()
     _BY_NAME.clear()
