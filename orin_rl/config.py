@@ -142,12 +142,13 @@ class PPOConfig:
     logs why not otherwise and falls back to the general path if they fail to compile; ``on``
     demands them (an error names what is missing; on a CPU box in Numba's CUDA simulator);
     ``off`` keeps the general path (docs/fused.md)."""
-    fused_grads: Literal["auto", "kernel", "gemm"] = "auto"
+    fused_grads: Literal["auto", "kernel", "gemm"] = "kernel"
     """Who computes the fused update's gradients: ``kernel``, the gradient kernel (a block per
     slice of an agent's minibatch; up to 2048 samples per agent, hidden layers up to 128
     wide; beyond, torch's update, as before this option); ``gemm``, batched GEMMs over the
     agents (orin_rl.algorithms.gemm_update: any minibatch and width); ``auto``, the kernel
-    where it takes the shape, else the GEMMs."""
+    where it takes the shape, else the GEMMs. ``kernel`` stays the default until the GEMMs
+    have run on a GPU (held to the reference on the CPU only; docs/fused.md)."""
     graph_update: Literal["auto", "off"] = "auto"
     """The update as one CUDA graph per rollout buffer (a CUDA learner, envs on the host:
     runners.graphs.GraphedUpdate); ``auto`` wherever it applies, ``off`` op by op."""
@@ -316,12 +317,12 @@ class TrainConfig:
     """Capture a whole iteration (rollout, GAE, update) in one CUDA graph and replay it. Needs
     GPU-native environments on the learner's GPU and no target_kl; otherwise the run stays
     eager and the log says why."""
-    graph_warm_up: bool = False
-    """With ``cuda_graphs``: run the first iteration eagerly and capture the second (the
-    behaviour before issue 54). Off: the graph is captured from the state the first reset
-    produced and replayed from the first iteration (the optimizer state made beforehand),
-    without an eager iteration's launches from Python; a capture that fails falls back to
-    the eager warm-up with a warning."""
+    graph_warm_up: bool = True
+    """With ``cuda_graphs``: run the first iteration eagerly and capture the second. Off: the
+    graph is captured from the state the first reset produced and replayed from the first
+    iteration (the optimizer state made beforehand), without an eager iteration's launches
+    from Python; a capture that fails falls back to the eager warm-up with a warning. On by
+    default until the cold capture has run on a GPU (held on the CPU with emulated graphs)."""
     compile: bool = False
     """torch.compile the networks and the GPU-native environment step (fuses the many small
     element-wise kernels; costs compile time at start, pays off on long runs with many envs)."""

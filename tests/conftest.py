@@ -106,3 +106,12 @@ def mjlab_style_onnx(tmp_path_factory):
     path = tmp_path_factory.mktemp("mjlab_style") / "policy_mjlab.onnx"
     onnx.save(model, str(path))
     return path
+
+
+def require_pixels(module: str, reason: str) -> None:
+    """The pixels extra's ``module`` (ale_py, cv2, minatar): skipped where missing, failed
+    where CI installed it (``ORIN_RL_REQUIRE_PIXELS=1``)."""
+    if os.environ.get("ORIN_RL_REQUIRE_PIXELS") == "1":
+        importlib.import_module(module)
+    else:
+        pytest.importorskip(module, reason=reason)

@@ -105,7 +105,13 @@ def markdown(result: dict) -> str:
         "(`ImageEncoder('small')` for the actor and for the critic, linear heads on its 128 "
         "features), same PPO settings (the MinAtar preset: 16 envs x 128 steps, 4 epochs x 4 "
         "minibatches, lr 5e-4 annealed, clip 0.2 on policy and value, entropy 0.01). orin_rl "
-        "stores the frames uint8 (the encoder scales them); SB3's rollout buffer stores float32.",
+        "stores the frames uint8 (the encoder scales them); SB3's rollout buffer stores float32. "
+        "Two differences in PPO itself: SB3's value clipping takes the clipped loss alone "
+        "(orin_rl's, CleanRL's, the larger of clipped and unclipped), and SB3 normalises "
+        "advantages per minibatch (orin_rl over the whole rollout). Threads: orin_rl's "
+        "train.torch_threads=1; SB3 the peer's --threads (1 since 2026-12-05's second session; "
+        "the first record of this file ran it with torch's default, 2, on a 2-core box shared "
+        "with other work).",
         "",
         "| seed | orin_rl return | SB3 return | orin_rl steps/s | SB3 steps/s |",
         "|---:|---:|---:|---:|---:|",

@@ -88,7 +88,8 @@ PATHS = {
     ],
 }
 # the fused update's gradients by the gradient kernel (torch's update beyond its shapes: the
-# default before ppo.fused_grads) or by batched GEMMs (gemm_update); auto picks one per row
+# default, ppo.fused_grads=kernel, until the GEMMs have run on a GPU) or by batched GEMMs
+# (gemm_update; what ppo.fused_grads=auto picks on envs4096)
 PATHS["fused-kernel"] = [*PATHS["fused"], "--set", "ppo.fused_grads=kernel"]
 PATHS["fused-gemm"] = [*PATHS["fused"], "--set", "ppo.fused_grads=gemm"]
 PATHS["fused-compile-tf32-pool"] = PATHS["fused-compile-tf32"]
@@ -98,12 +99,13 @@ PATH_ROWS = {
     "fused-compile-tf32": {"envs4096"},
     "fused-compile-tf32-pool": {"envs4096"},
     "fused-kernel": {"envs4096"},
-    "fused-gemm": {"single", "seeds512"},
+    "fused-gemm": {"single", "seeds512", "envs4096"},
 }
 """Paths run on some rows only: a compiled torch update replaces the fused update kernels
 where they apply (minibatches up to fused.MAX_FUSED_MINIBATCH), so only envs4096 takes it;
-``ppo.fused_grads=auto`` is the gradient kernel on single and seeds512 and the GEMMs on
-envs4096, so each row runs the other choice only."""
+``ppo.fused_grads=kernel`` (the default) is the gradient kernel on single and seeds512 and
+torch's update on envs4096; ``fused-gemm`` runs the batched GEMMs on every row (``auto``'s
+choice on envs4096)."""
 
 
 def run_row(args: list[str], device: str, workdir: Path, seed: int = 1,

@@ -322,8 +322,9 @@ class MjlabVecEnv(VecEnv):
         With ``masked`` (the default; ``ORIN_RL_MJLAB_MASKED=0`` turns it off) the reset path
         runs as masked device code too (``mjlab_masked``) where the task's terms have twins;
         terms with a graph-safe twin (``mjlab_terms``: rough terrain's ``upright``) use it.
-        With ``unit`` (default: ``ORIN_RL_MJLAB_STEP=unit``) the whole step is one capture,
-        Warp's kernels inside torch's (``mjlab_unit``), where it can be; else the segments.
+        With ``unit`` (default: from ``ORIN_RL_MJLAB_STEP``, ``segments`` unless it says
+        ``unit``) the whole step is one capture, Warp's kernels inside torch's
+        (``mjlab_unit``), where it can be; else the segments.
         The ``gpu`` test holds the graphed step against mjlab's own (H200, Go1 and G1)."""
         if self.device.type != "cuda" or os.environ.get(GRAPHS_ENV) == "0":
             return None

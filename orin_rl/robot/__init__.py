@@ -17,7 +17,9 @@ from __future__ import annotations
 
 from orin_rl.errors import OrinError
 
-ROBOT_HINT = "pip install 'orin-rl[robot]' (on a Jetson, build cyclonedds: jetson/setup.sh)"
+ROBOT_HINT = (
+    "pip install 'orin-rl[robot]' (aarch64, a Jetson: no wheel, bash jetson/deploy.sh builds it)"
+)
 
 
 class RobotError(OrinError, RuntimeError):

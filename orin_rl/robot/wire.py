@@ -221,7 +221,10 @@ def release_domains() -> None:
     called while the object lives (the garbage collector's call deletes nothing: the weak
     registry it checks has dropped the entity by then, in 0.10.2 as in 11.0.1)."""
     import gc
+    import sys
 
+    if "cyclonedds.core" not in sys.modules:  # nothing of the wire was made (or can be)
+        return
     from cyclonedds.core import Entity
 
     gc.collect()

@@ -334,6 +334,9 @@ def test_blocker_names_what_is_missing():
     assert fused.blocker(cfg, env, policy, cuda, False) == "ppo.fused is off"
     cfg.ppo.fused = "auto"
     cfg.env.num_envs, cfg.ppo.num_steps, cfg.ppo.num_minibatches = 4096, 128, 4
+    assert cfg.ppo.fused_grads == "kernel"  # the default until the GEMMs have run on a GPU
+    assert "131072 samples per agent" in fused.update_blocker(cfg, spec)
+    cfg.ppo.fused_grads = "auto"
     # auto: a minibatch the gradient kernel does not take is the GEMMs', still fused
     assert fused.update_blocker(cfg, spec) is None
     assert fused.grads_path(cfg, spec) == "gemm"

@@ -18,8 +18,9 @@ from orin_rl.config import Config, DQNConfig
 from orin_rl.envs import StepResult
 from orin_rl.models import PolicySpec
 from orin_rl.runners import train
+from tests.conftest import require_pixels
 
-pytest.importorskip("minatar", reason="MinAtar is in the pixels extra")
+require_pixels("minatar", "MinAtar is in the pixels extra")
 
 ATARI = (4, 84, 84)
 """A stack of 4 grey 84x84 frames (orin_rl.image_envs.atari)."""

@@ -19,8 +19,9 @@ from orin_rl import config as C
 from orin_rl.checkpoint import load_policy
 from orin_rl.export.onnx import export_bundle
 from orin_rl.runners import train
+from tests.conftest import require_pixels
 
-pytest.importorskip("minatar", reason="MinAtar is in the pixels extra")
+require_pixels("minatar", "MinAtar is in the pixels extra")
 
 
 @pytest.fixture(scope="module")

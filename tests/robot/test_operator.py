@@ -247,3 +247,16 @@ def test_the_status_is_rewritten_on_a_terminal_and_plain_lines_when_piped():
         printer({**snap, "tick": tick})
     lines = piped.getvalue().splitlines()
     assert "\r" not in piped.getvalue() and sum(x.startswith("policy ") for x in lines) == 1
+
+
+def test_run_without_cyclonedds_says_how_to_install_it(tmp_path, g1_contract):
+    """No cyclonedds: ``run --plant`` ends in the one-line install hint, exit 2 (the command's
+    last step, deleting the DDS domains, imported cyclonedds and replaced that line with a
+    traceback; mutation: release_domains without its guard)."""
+    bundle = linear_bundle(tmp_path / "bundle", g1_contract)
+    code = ("import sys; sys.modules['cyclonedds'] = None; from orin_rl.cli import main; "
+            "sys.exit(main(['-q', 'run', '--model', sys.argv[1], '--plant', 'unitree-g1']))")  # fmt: skip
+    proc = subprocess.run([sys.executable, "-c", code, str(bundle)], capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr and "pip install 'orin-rl[robot]'" in proc.stderr

@@ -132,6 +132,7 @@ def test_the_runner_captures_from_the_first_reset_and_replays_its_first_iteratio
         "env.env_id=CartPole-v1", "env.backend=gpu", "env.num_envs=4", "ppo.num_steps=8",
         "ppo.num_minibatches=2", "ppo.num_epochs=2", "ppo.hidden_sizes=[8,8]",
         "train.device=cpu", "train.total_steps=64", "train.tensorboard=false",
+        "train.graph_warm_up=false",
     ])  # fmt: skip
     runner = make_runner(cfg, tmp_path / "run", progress=False)
     try:

@@ -73,12 +73,12 @@ def test_fused_gemm_run_trains_and_says_so(tmp_path, small_threads, caplog):
 def test_auto_gives_the_gemms_a_minibatch_the_gradient_kernel_does_not_take(
     tmp_path, small_threads, monkeypatch, caplog
 ):
-    """No flags: a minibatch over the kernel's limit is fused all the same, its gradients by
-    batched GEMMs (before ppo.fused_grads it went to torch's update). The limit is lowered to
-    keep the run small: 8 samples a minibatch against 4."""
+    """``auto``: a minibatch over the kernel's limit is fused all the same, its gradients by
+    batched GEMMs (with ``kernel``, the default until a GPU run, it goes to torch's update).
+    The limit is lowered to keep the run small: 8 samples a minibatch against 4."""
     monkeypatch.setattr(fused, "MAX_FUSED_MINIBATCH", 4)
     with caplog.at_level("INFO"):
-        summary = train(_cfg(), tmp_path / "run", progress=False)
+        summary = train(_cfg(**{"ppo.fused_grads": "auto"}), tmp_path / "run", progress=False)
     assert summary["fused"] == "rollout+update" and summary["fused_grads"] == "gemm"
     assert "the update's gradients by batched GEMMs (ppo.fused_grads=auto)" in caplog.text
 

@@ -15,6 +15,7 @@ from orin_rl.algorithms.dqn import DQN
 from orin_rl.config import Config
 from orin_rl.presets import preset_overrides
 from orin_rl.runners import train
+from tests.conftest import require_pixels
 
 SHORT = {"train.device": "cpu", "train.eval_every": 0, "train.eval_episodes": 1,
          "train.tensorboard": False, "train.seed": 3}  # fmt: skip
@@ -42,8 +43,8 @@ def _spy_policy(monkeypatch, cls) -> dict:
 
 @pytest.mark.parametrize("game", ["Pong", "Breakout"])
 def test_atari_preset_trains_an_iteration(tmp_path, monkeypatch, game):
-    pytest.importorskip("ale_py", reason="ale-py is in the pixels extra")
-    pytest.importorskip("cv2", reason="AtariPreprocessing needs OpenCV (the pixels extra)")
+    require_pixels("ale_py", "ale-py is in the pixels extra")
+    require_pixels("cv2", "AtariPreprocessing needs OpenCV (the pixels extra)")
     seen = _spy_policy(monkeypatch, PPO)
     cfg = _config(f"ALE/{game}-v5", **{"env.num_envs": 2, "ppo.num_steps": 16,
                                        "ppo.num_minibatches": 2, "train.total_steps": 32})  # fmt: skip
@@ -55,7 +56,7 @@ def test_atari_preset_trains_an_iteration(tmp_path, monkeypatch, game):
 
 
 def test_minatar_dqn_preset_trains(tmp_path, monkeypatch):
-    pytest.importorskip("minatar", reason="MinAtar is in the pixels extra")
+    require_pixels("minatar", "MinAtar is in the pixels extra")
     seen = _spy_policy(monkeypatch, DQN)
     cfg = _config("MinAtar/Breakout-v1", "dqn",
                   **{"dqn.learning_starts": 64, "train.total_steps": 256})  # fmt: skip
@@ -69,8 +70,8 @@ def test_minatar_dqn_preset_trains(tmp_path, monkeypatch):
 def test_atari_dqn_preset_shares_frames_on_real_stacks(tmp_path, monkeypatch):
     """ale-py's frames through AtariPreprocessing and FrameStackObservation are a stack moving
     one frame a step (every insert checks it), so the replay keeps next_obs as one frame."""
-    pytest.importorskip("ale_py", reason="ale-py is in the pixels extra")
-    pytest.importorskip("cv2", reason="AtariPreprocessing needs OpenCV (the pixels extra)")
+    require_pixels("ale_py", "ale-py is in the pixels extra")
+    require_pixels("cv2", "AtariPreprocessing needs OpenCV (the pixels extra)")
     seen = _spy_policy(monkeypatch, DQN)
     cfg = _config("ALE/Pong-v5", "dqn", **{"dqn.learning_starts": 64, "dqn.buffer_size": 512,
                                           "train.total_steps": 192})  # fmt: skip

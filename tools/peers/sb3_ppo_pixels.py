@@ -43,7 +43,10 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--total-steps", type=int, required=True)
     parser.add_argument("--out", required=True, help="where the trained model is saved (.zip)")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch's threads (orin_rl's train.torch_threads default: 1)")  # fmt: skip
     args = parser.parse_args()
+    torch.set_num_threads(args.threads)
     preset = PRESETS[args.env]
     env_config = {"wrappers": preset["env.wrappers"]}
     num_envs, num_steps = preset["env.num_envs"], preset["ppo.num_steps"]
@@ -79,7 +82,8 @@ def main() -> None:
     model.save(args.out)
     steps = model.num_timesteps
     print(json.dumps({"train_time_s": train_time, "total_steps": steps,
-                      "steps_per_s": steps / train_time}))  # fmt: skip
+                      "steps_per_s": steps / train_time,
+                      "torch_threads": torch.get_num_threads()}))  # fmt: skip
 
 
 if __name__ == "__main__":
