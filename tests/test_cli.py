@@ -350,6 +350,11 @@ BENCH = ["bench", "--model", "cnn-seed", "--backends", "torch", "--iters", "1", 
         (["train", "--total-steps", "-1"], "--total-steps"),
         (["train", "--control-rate", "0"], "--control-rate"),
         (["plant-server", "--port", "70000"], "--port"),
+        (
+            ["run", "--model", "m", "--plant", "unitree-g1", "--dds-peers", "no such host!"],
+            "--dds-peers",
+        ),
+        (["sim-robot", "--dds-peers", ","], "--dds-peers"),
     ],
 )
 def test_nonsense_numbers_are_one_line_exit_2_before_any_work(

@@ -11,6 +11,24 @@ from orin_rl.cli.argtypes import _NON_NEGATIVE, _POSITIVE, _POSITIVE_INT, _int_t
 PLANTS = ("unitree-g1",)
 
 
+def _peers(text: str) -> list[str]:
+    """``--dds-peers``: comma-separated addresses, each one this machine can resolve (CycloneDDS
+    would log an unknown one and go on, then find no robot)."""
+    import socket
+
+    peers = [a.strip() for a in text.split(",") if a.strip()]
+    if not peers:
+        raise argparse.ArgumentTypeError("give at least one address, e.g. 127.0.0.1")
+    for peer in peers:
+        try:
+            socket.getaddrinfo(peer, None)
+        except (OSError, UnicodeError):
+            raise argparse.ArgumentTypeError(
+                f"{peer!r} is not an address this machine can resolve (e.g. 127.0.0.1)"
+            ) from None
+    return peers
+
+
 def _dds_flags(p: argparse._ActionsContainer, default_domain: int) -> None:
     p.add_argument("--dds-domain", type=_int_type(0, 232), default=default_domain,
                    help="DDS domain id (Unitree's robots: 0; their MuJoCo twin: 1)")  # fmt: skip
@@ -23,7 +41,7 @@ def _dds_flags(p: argparse._ActionsContainer, default_domain: int) -> None:
     p.add_argument(
         "--dds-peers",
         metavar="ADDR[,ADDR]",
-        type=lambda text: [a.strip() for a in text.split(",") if a.strip()],
+        type=_peers,
         help="discover by unicast to these addresses, multicast off (a network or an emulator "
         "without multicast; both ends need it, e.g. 127.0.0.1 for a twin here; default: "
         "multicast discovery)",
