@@ -182,6 +182,10 @@ class RolloutBuffer:
             ]
         self._perm = torch.zeros(self.batch_size, dtype=torch.int64, device=self.storage_device)
         self._perm_view = ops.numba_view(self._perm)
+        self.generator: torch.Generator | None = None
+        """The minibatch order's RNG: None, torch's global one (rsl_rl's draws, step for step);
+        a run whose actions are drawn on another thread (``train.overlap``) gives it its own,
+        else the two threads' draws interleave and a seed no longer fixes the run."""
 
     @property
     def storage_device(self) -> torch.device:
@@ -289,10 +293,10 @@ class RolloutBuffer:
         """A new random permutation of the batch into ``_perm``."""
         if self.storage_device.type == "cuda":
             # Sort of uniform keys: a random permutation with no host sync (graph-safe).
-            keys = torch.rand(self.batch_size, device=self.storage_device)
+            keys = torch.rand(self.batch_size, device=self.storage_device, generator=self.generator)
             self._perm.copy_(torch.argsort(keys))
         else:
-            torch.randperm(self.batch_size, out=self._perm)
+            torch.randperm(self.batch_size, out=self._perm, generator=self.generator)
 
     def minibatches(self, num_epochs: int, one_order: bool = False) -> Iterator[Batch]:
         """Yield ``num_epochs * num_minibatches`` minibatches, shuffled by torch's global RNG:

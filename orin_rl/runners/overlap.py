@@ -80,6 +80,11 @@ class OverlappedRollouts:
         # One reward normaliser: the collector updates it, checkpoints save the learner's.
         self.collector.reward_normalizer = self.learner.reward_normalizer
         self.spare = self.learner.buffer  # the learner takes the collector's buffers in turn
+        # The collector draws actions from torch's global RNG on its thread; the learner's
+        # minibatch order draws from its own, seeded, so a seed fixes the run.
+        order = torch.Generator(self.spare.storage_device)
+        order.manual_seed(cfg.train.seed * 7919 + self.learner.iteration)
+        self.spare.generator = self.collector.buffer.generator = order
         self.primed = False
         self.pool = ThreadPoolExecutor(1, thread_name_prefix="orin-rl-collector")
         self._stream = torch.cuda.Stream(runner.device) if runner.device.type == "cuda" else None
