@@ -88,6 +88,11 @@ class PPOConfig:
     """Global gradient-norm clip."""
     normalize_advantage: bool = True
     """Normalise advantages to zero mean, unit variance over the rollout."""
+    normalize_advantage_per_minibatch: bool = False
+    """With ``normalize_advantage``: normalise each minibatch's advantages on their own
+    (``(a - mean) / (std + 1e-8)``, std unbiased) instead of the whole rollout's at once, as
+    Stable-Baselines3's PPO, PureJaxRL's and rsl_rl's ``normalize_advantage_per_mini_batch``
+    do."""
     target_kl: float | None = None
     """Stop the update's epochs early when the approximate KL exceeds this (None: never)."""
     normalize_obs: bool = False

@@ -128,7 +128,9 @@ def validate(cfg: Any) -> None:
             "ppo.normalizer_update: sets when rsl_rl's normalisers update; set ppo.rsl_rl=true "
             "and ppo.normalize_obs=true, or drop it"
         )
-    for name, value in (("target_kl", cfg.ppo.target_kl), ("rsl_rl", cfg.ppo.rsl_rl or None)):
+    per_minibatch = cfg.ppo.normalize_advantage_per_minibatch or None
+    for name, value in (("target_kl", cfg.ppo.target_kl), ("rsl_rl", cfg.ppo.rsl_rl or None),
+                        ("normalize_advantage_per_minibatch", per_minibatch)):  # fmt: skip
         if cfg.train.num_agents > 1 and value is not None:
             raise ConfigError(f"ppo.{name}: not supported with train.num_agents > 1; unset it")
     if cfg.batch_size % cfg.ppo.num_minibatches:

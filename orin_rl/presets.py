@@ -141,7 +141,8 @@ GPU_PRESETS: dict[str, dict[str, Any]] = {
 # Pixel tasks: uint8 frames (orin_rl.image_envs) into an image encoder chosen from the
 # observation space (models/cnn.py), the heads straight on its features (SB3's CnnPolicy).
 # MinAtar (10x10 grids, the small encoder): PureJaxRL's MinAtar PPO (lr 5e-4, 128 steps, 4
-# epochs, entropy 0.01) over 16 envs and 4 minibatches, a size the 2-core box steps in minutes.
+# epochs, entropy 0.01, advantages normalised per minibatch) over 16 envs and 4 minibatches, a
+# size the 2-core box steps in minutes.
 _MINATAR_PPO: dict[str, Any] = {
     "env.wrappers": ["orin_rl.image_envs:minatar"],
     "env.num_envs": 16,
@@ -151,6 +152,7 @@ _MINATAR_PPO: dict[str, Any] = {
     "ppo.learning_rate": 5e-4,
     "ppo.hidden_sizes": [],
     "ppo.ent_coef": 0.01,
+    "ppo.normalize_advantage_per_minibatch": True,  # PureJaxRL's (and SB3's)
     "train.total_steps": 1_000_000,
     "train.eval_every": 20,
 }
@@ -171,6 +173,7 @@ _ATARI_PPO: dict[str, Any] = {
     "ppo.clip_coef": 0.1,
     "ppo.hidden_sizes": [],
     "ppo.ent_coef": 0.01,
+    "ppo.normalize_advantage_per_minibatch": True,  # CleanRL's norm_adv
     "train.total_steps": 10_000_000,
     "train.eval_every": 50,
 }
@@ -311,6 +314,9 @@ def mjlab_preset(env_id: str, device: str = "auto") -> dict[str, Any]:
         "ppo.gae_lambda": algo.lam,
         "ppo.clip_coef": algo.clip_param,
         "ppo.clip_value_loss": algo.use_clipped_value_loss,
+        "ppo.normalize_advantage_per_minibatch": bool(
+            getattr(algo, "normalize_advantage_per_mini_batch", False)
+        ),
         "ppo.ent_coef": algo.entropy_coef,
         "ppo.vf_coef": 2.0 * algo.value_loss_coef,
         "ppo.timeout_bootstrap": "value",  # rsl_rl's time-out bootstrap, as mjlab's runner

@@ -80,7 +80,10 @@ def test_shared_frames_take_one_step_transitions_off_line(others):
     C.apply_overrides(C.Config(), ["train.algo=dqn", "dqn.share_frames=true"])  # valid alone
 
 
-@pytest.mark.parametrize("option", ["ppo.rsl_rl=true", "ppo.target_kl=0.02"])
+@pytest.mark.parametrize(
+    "option",
+    ["ppo.rsl_rl=true", "ppo.target_kl=0.02", "ppo.normalize_advantage_per_minibatch=true"],
+)
 def test_single_agent_options_are_refused_with_many_agents(option):
     with pytest.raises(C.ConfigError, match=f"{option.split('=')[0]}: not supported"):
         C.apply_overrides(C.Config(), ["train.num_agents=4", option])

@@ -245,7 +245,7 @@ class PPO:
         self.buffer.compute_returns(
             last_values, self.cfg.gamma, self.cfg.gae_lambda, normalize=False
         )
-        if self.cfg.normalize_advantage:
+        if self.cfg.normalize_advantage and not self.cfg.normalize_advantage_per_minibatch:
             self.normalize_advantages()
 
     def values_of(self, obs: torch.Tensor) -> torch.Tensor:
@@ -440,7 +440,10 @@ class PPO:
                 logprobs, entropy, values = (
                     dist.log_prob(actions), dist.entropy(), self.policy.value(obs)
                 )  # fmt: skip
-        # advantages were normalised over the whole rollout in compute_returns when asked.
+        # advantages were normalised over the whole rollout in compute_returns when asked,
+        # or are here, this minibatch's on their own (SB3's, rsl_rl's per_mini_batch)
+        if cfg.normalize_advantage and cfg.normalize_advantage_per_minibatch:
+            advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
         pg_loss = clipped_surrogate_loss(logprobs, old_logprobs, advantages, cfg.clip_coef)
         v_loss = value_loss(
             values, old_values, returns, cfg.clip_coef if cfg.clip_value_loss else None

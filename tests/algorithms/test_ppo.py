@@ -79,6 +79,32 @@ class TestUpdate:
         )
         assert algo.buffer.step == 0 and algo.iteration == 1
 
+    def test_per_minibatch_advantages_are_normalised_in_the_loss_not_over_the_rollout(self):
+        """``ppo.normalize_advantage_per_minibatch`` (SB3's, rsl_rl's per_mini_batch): the
+        rollout keeps its raw GAE advantages, and the surrogate takes each minibatch's
+        advantages normalised on their own, (a - mean) / (std + 1e-8) with the unbiased std,
+        as a float64 reference computes them."""
+        torch.manual_seed(0)
+        env, raw = self._algo(normalize_advantage=False)
+        self._rollout(env, raw)
+        torch.manual_seed(0)
+        env, algo = self._algo(normalize_advantage_per_minibatch=True)
+        self._rollout(env, algo)
+        assert torch.equal(algo.buffer.advantages, raw.buffer.advantages)  # not the rollout's
+
+        n = 32
+        obs, actions = algo.buffer.obs.flatten(0, 1)[:n], algo.buffer.actions.flatten(0, 1)[:n]
+        adv = algo.buffer.advantages.flatten()[:n] * 3.0 + 1.5  # mean and scale far from 0, 1
+        old_logprobs = algo.buffer.logprobs.flatten()[:n] + 0.1 * torch.randn(n)
+        values, returns = algo.buffer.values.flatten()[:n], algo.buffer.returns.flatten()[:n]
+        _, pg_loss, *_ = algo.minibatch_losses(obs, actions, old_logprobs, adv, values, returns)
+        a64 = adv.double()
+        normed = (a64 - a64.mean()) / (a64.std(unbiased=True) + 1e-8)
+        with torch.no_grad():
+            logprobs, _, _ = algo.policy.evaluate(obs, actions)
+        want = clipped_surrogate_loss(logprobs.double(), old_logprobs.double(), normed, 0.2)
+        assert pg_loss.item() == pytest.approx(want.item(), rel=1e-5, abs=1e-7)
+
     def test_lr_anneals_linearly(self):
         _, algo = self._algo(learning_rate=1e-3)
         algo.iteration = 5
