@@ -106,9 +106,13 @@ def validate(cfg: Any) -> None:
             raise ConfigError("online.watchdog_periods and online.learner_stall_s must be >= 0")
     if cfg.dqn.n_step < 1:
         raise ConfigError(f"dqn.n_step: must be >= 1, got {cfg.dqn.n_step}")
-    if cfg.dqn.share_frames and (cfg.dqn.n_step != 1 or cfg.online.enabled):
-        raise ConfigError("dqn.share_frames: one-step transitions of the off-policy runner only "
-                          "(set dqn.n_step=1, drop --online)")  # fmt: skip
+    for name in ("share_frames", "frame_history"):
+        if getattr(cfg.dqn, name) and (cfg.dqn.n_step != 1 or cfg.online.enabled):
+            raise ConfigError(f"dqn.{name}: one-step transitions of the off-policy runner only "
+                              "(set dqn.n_step=1, drop --online)")  # fmt: skip
+    if cfg.dqn.share_frames and cfg.dqn.frame_history:
+        raise ConfigError("dqn.share_frames and dqn.frame_history: pick one (frame_history "
+                          "keeps less: 2 frames a transition against k + 1)")  # fmt: skip
     if cfg.train.algo != "ppo" and cfg.train.num_agents > 1:
         raise ConfigError(f"train.algo {cfg.train.algo}: --num-agents is PPO-only")
     if cfg.train.algo == "dqn" and cfg.train.cuda_graphs:

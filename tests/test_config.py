@@ -71,13 +71,19 @@ def test_overlap_is_ppos_only(others):
     C.apply_overrides(C.Config(), others)  # valid without it
 
 
+@pytest.mark.parametrize("option", ["share_frames", "frame_history"])
 @pytest.mark.parametrize("others", [["dqn.n_step=3"], ["online.enabled=true", "env.num_envs=1"]])
-def test_shared_frames_take_one_step_transitions_off_line(others):
-    """dqn.share_frames rebuilds next_obs from a one-step shift; the n-step window and the online
-    runner's own inserts would store what it cannot rebuild."""
-    with pytest.raises(C.ConfigError, match=r"dqn\.share_frames: one-step transitions"):
-        C.apply_overrides(C.Config(), ["train.algo=dqn", "dqn.share_frames=true", *others])
-    C.apply_overrides(C.Config(), ["train.algo=dqn", "dqn.share_frames=true"])  # valid alone
+def test_shared_frames_take_one_step_transitions_off_line(option, others):
+    """dqn.share_frames and dqn.frame_history rebuild stacks from one-step shifts; the n-step
+    window and the online runner's own inserts would store what they cannot rebuild."""
+    with pytest.raises(C.ConfigError, match=rf"dqn\.{option}: one-step transitions"):
+        C.apply_overrides(C.Config(), ["train.algo=dqn", f"dqn.{option}=true", *others])
+    C.apply_overrides(C.Config(), ["train.algo=dqn", f"dqn.{option}=true"])  # valid alone
+
+
+def test_frame_history_and_share_frames_are_one_or_the_other():
+    with pytest.raises(C.ConfigError, match=r"pick one"):
+        C.apply_overrides(C.Config(), ["dqn.share_frames=true", "dqn.frame_history=true"])
 
 
 @pytest.mark.parametrize(

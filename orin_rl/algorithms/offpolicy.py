@@ -13,7 +13,8 @@ from typing import Any
 
 import torch
 
-from orin_rl.buffers import PrioritizedReplayBuffer, ReplayBuffer
+from orin_rl.buffers import PrioritizedReplayBuffer, ReplayBuffer, frame_history
+from orin_rl.buffers.frame_history import FrameHistory
 from orin_rl.buffers.replay import ReplayBatch, ReplayError
 from orin_rl.capture import capture
 from orin_rl.envs import StepResult
@@ -148,6 +149,13 @@ class OffPolicyAlgorithm:
                                   f"{spec.obs_dtype} {obs_shape}")  # fmt: skip
             del fields["next_obs"]
             fields["next_frame"] = (obs_shape[1:], obs_dtype)
+        self.frame_history: FrameHistory | None = None
+        if getattr(cfg, "frame_history", False):
+            if spec.obs_dtype != "uint8":
+                raise ReplayError(f"frame_history needs uint8 frame stacks, not {spec.obs_dtype}")
+            for name in ("obs", "next_obs"):
+                del fields[name]
+            fields.update(frame_history.fields(obs_shape))
         if cfg.prioritized:
             self.replay: ReplayBuffer = PrioritizedReplayBuffer(
                 cfg.buffer_size, fields, device, placement,
@@ -155,6 +163,8 @@ class OffPolicyAlgorithm:
             )  # fmt: skip
         else:
             self.replay = ReplayBuffer(cfg.buffer_size, fields, device, placement)
+        if "frame" in fields:
+            self.frame_history = FrameHistory(self.replay, obs_shape, num_envs)
         self.nstep = NStepAccumulator(n_step, cfg.gamma) if n_step > 1 else None
         self.iteration = 0
         self.env_steps = 0
@@ -184,7 +194,9 @@ class OffPolicyAlgorithm:
             }
         if self.share_frames:
             batch["next_frame"] = newest_frame(batch["obs"], batch.pop("next_obs"))
-        if len(batch["obs"]):
+        elif self.frame_history is not None:
+            batch.update(self.frame_history.rows(batch.pop("obs"), batch.pop("next_obs"), ended))
+        if len(batch["actions"]):
             self.replay.add(batch)
         self.env_steps += self.num_envs
 
@@ -219,7 +231,10 @@ class OffPolicyAlgorithm:
         return stats
 
     def _sample(self):
-        return self.replay.sample(self.cfg.batch_size)
+        batch = self.replay.sample(self.cfg.batch_size)
+        if self.frame_history is not None:
+            return self.frame_history.sample(batch)
+        return batch
 
     def gradient_step(self) -> torch.Tensor:
         """One gradient step on a fresh batch; its losses (on the device, not synchronised):

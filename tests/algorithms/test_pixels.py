@@ -143,3 +143,126 @@ class TestSharedFrames:
         done = torch.zeros(2, dtype=torch.bool)
         with pytest.raises(ReplayError, match="not obs shifted by one frame"):
             algo.process_env_step(StepResult(nxt, torch.ones(2), done, done, nxt, {}))
+
+
+class _Frames(gym.Env):
+    """Random (6, 6) uint8 frames; an episode ends (terminated) with probability 0.15 a step,
+    or is cut (truncated) at 9 steps."""
+
+    observation_space = gym.spaces.Box(0, 255, (6, 6), np.uint8)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return self.np_random.integers(0, 256, (6, 6), dtype=np.uint8), {}
+
+    def step(self, action):
+        self.t += 1
+        frame = self.np_random.integers(0, 256, (6, 6), dtype=np.uint8)
+        return frame, 1.0, bool(self.np_random.random() < 0.15), self.t >= 9, {}
+
+
+def _stacked_envs(n: int, padding: str = "reset") -> list[gym.Env]:
+    envs = [gym.wrappers.FrameStackObservation(_Frames(), 4, padding_type=padding)
+            for _ in range(n)]  # fmt: skip
+    for i, env in enumerate(envs):
+        env.reset(seed=i)
+    return envs
+
+
+def _frame_history_dqn(capacity: int, envs: int) -> DQN:
+    space = gym.spaces.Box(0, 255, (4, 6, 6), np.uint8)
+    spec = PolicySpec.from_spaces(space, gym.spaces.Discrete(2), hidden_sizes=[])
+    cfg = DQNConfig(buffer_size=capacity, batch_size=4, learning_starts=0, frame_history=True)
+    return DQN(spec, cfg, envs, torch.device("cpu"), "host", 1, total_steps=100)
+
+
+def _step_all(algo: DQN, envs: list[gym.Env], obs: torch.Tensor, truth: dict) -> torch.Tensor:
+    """One vector step of gymnasium's FrameStackObservation envs into ``algo`` (reset on an
+    episode's end, the final observation stored as next_obs); ``truth``: slot → (obs,
+    next_obs) as stored."""
+    nxt, final, term, trunc = [], [], [], []
+    for env in envs:
+        o, _, te, tr, _ = env.step(0)
+        final.append(torch.as_tensor(o))
+        if te or tr:
+            o, _ = env.reset()
+        nxt.append(torch.as_tensor(o))
+        term.append(te)
+        trunc.append(tr)
+    nxt, final = torch.stack(nxt), torch.stack(final)
+    pos = algo.replay.pos
+    algo.act(obs)
+    algo.process_env_step(StepResult(nxt, torch.ones(len(envs)), torch.tensor(term),
+                                     torch.tensor(trunc), final, {}))  # fmt: skip
+    for e in range(len(envs)):
+        truth[(pos + e) % algo.replay.capacity] = (obs[e].clone(), final[e].clone())
+    return nxt
+
+
+class TestFrameHistory:
+    """``dqn.frame_history``: two frames a transition, the stack read from the env's earlier
+    transitions."""
+
+    def test_bytes_of_a_scaled_down_1m_atari_buffer(self):
+        """14,141 bytes a transition (two 84x84 frames, depth, serial, the scalars): 1,000
+        transitions (1M / 1,000) take 14.14 MB, so 1M take 14.1 GB."""
+        space = gym.spaces.Box(0, 255, ATARI, np.uint8)
+        spec = PolicySpec.from_spaces(space, gym.spaces.Discrete(6), hidden_sizes=[])
+        cfg = DQNConfig(buffer_size=1_000, batch_size=4, learning_starts=0, frame_history=True)
+        algo = DQN(spec, cfg, 2, torch.device("cpu"), "host", 1, total_steps=100)
+        assert algo.replay.nbytes == 1_000 * (2 * 84 * 84 + 1 + 8 + SCALAR_BYTES)
+        assert algo.replay.field("frame").dtype == torch.uint8
+
+    def test_sampled_stacks_are_the_stored_observations_across_episodes_and_wraps(self):
+        """gymnasium's FrameStackObservation (reset padding), 3 envs, episodes of 1 to 9 steps,
+        a ring of 30 slots wrapped 6 times: every sampled obs and next_obs is the one stored
+        at its slot, none of the slots whose stack the ring overwrote is returned, and a
+        gradient step runs on the batch."""
+        torch.manual_seed(0)
+        algo, envs, truth = _frame_history_dqn(30, 3), _stacked_envs(3), {}
+        obs = torch.stack(
+            [torch.as_tensor(env.reset(seed=10 + i)[0]) for i, env in enumerate(envs)]
+        )
+        checked = 0
+        for _ in range(60):
+            obs = _step_all(algo, envs, obs, truth)
+            if len(algo.replay) >= 12:
+                batch = algo._sample()
+                for slot, o, n in zip(batch.indices.tolist(), batch["obs"], batch["next_obs"], strict=True):  # fmt: skip
+                    assert torch.equal(o, truth[slot][0]) and torch.equal(n, truth[slot][1])
+                    checked += 1
+        assert checked > 150 and algo.frame_history.unusable_writes == 0
+        algo.update()
+        assert algo.grad_steps > 0
+
+    def test_a_resumed_envs_first_slots_are_never_sampled(self):
+        """A new buffer meeting envs mid-episode: their first 3 slots' stacks reach back before
+        the buffer; they are stored unusable, and sampling returns other slots."""
+        envs, truth = _stacked_envs(2), {}
+        obs = torch.stack(
+            [torch.as_tensor(env.reset(seed=50 + i)[0]) for i, env in enumerate(envs)]
+        )
+        warm = _frame_history_dqn(40, 2)
+        for _ in range(3):  # the envs are now 3 steps into their episodes (or later ones)
+            obs = _step_all(warm, envs, obs, {})
+        algo = _frame_history_dqn(40, 2)
+        for _ in range(12):
+            obs = _step_all(algo, envs, obs, truth)
+        assert algo.frame_history.unusable_writes > 0
+        bad = [slot for slot in range(24) if not algo.frame_history.usable(torch.tensor([slot]))]
+        for _ in range(20):
+            batch = algo._sample()
+            assert not set(batch.indices.tolist()) & set(bad)
+            for slot, o in zip(batch.indices.tolist(), batch["obs"], strict=True):
+                assert torch.equal(o, truth[slot][0])
+
+    def test_a_stack_padded_otherwise_is_refused(self):
+        """FrameStackObservation(padding_type="zero"): a new episode's stack is not its reset
+        frame repeated; once past the first episode, the insert says so."""
+        algo, envs = _frame_history_dqn(60, 1), _stacked_envs(1, padding="zero")
+        obs = torch.as_tensor(envs[0].reset(seed=3)[0]).unsqueeze(0)
+        with pytest.raises(ReplayError, match="frame_history: an observation is not"):
+            for _ in range(40):
+                obs = _step_all(algo, envs, obs, {})

@@ -67,15 +67,17 @@ def test_minatar_dqn_preset_trains(tmp_path, monkeypatch):
     assert state["algo"]["grad_steps"] > 0
 
 
-def test_atari_dqn_preset_shares_frames_on_real_stacks(tmp_path, monkeypatch):
+def test_atari_dqn_preset_keeps_frames_once_on_real_stacks(tmp_path, monkeypatch):
     """ale-py's frames through AtariPreprocessing and FrameStackObservation are a stack moving
-    one frame a step (every insert checks it), so the replay keeps next_obs as one frame."""
+    one frame a step, padded with the reset frame (every insert rebuilds the stack from the
+    stored frames and compares), so the replay keeps two frames a transition, no stack."""
     require_pixels("ale_py", "ale-py is in the pixels extra")
     require_pixels("cv2", "AtariPreprocessing needs OpenCV (the pixels extra)")
     seen = _spy_policy(monkeypatch, DQN)
     cfg = _config("ALE/Pong-v5", "dqn", **{"dqn.learning_starts": 64, "dqn.buffer_size": 512,
                                           "train.total_steps": 192})  # fmt: skip
     train(cfg, tmp_path / "run", progress=False)
-    assert seen["spec"].encoder == "nature" and "next_obs" not in seen["fields"]
+    assert seen["spec"].encoder == "nature"
+    assert not {"obs", "next_obs"} & set(seen["fields"]) and "frame" in seen["fields"]
     state = torch.load(tmp_path / "run" / "checkpoint.pt", weights_only=True)
     assert state["algo"]["grad_steps"] > 0
