@@ -266,3 +266,26 @@ class TestFrameHistory:
         with pytest.raises(ReplayError, match="frame_history: an observation is not"):
             for _ in range(40):
                 obs = _step_all(algo, envs, obs, {})
+
+
+def test_frame_history_goes_on_after_a_restored_buffer():
+    """A checkpoint's buffer restored into a new learner: the new slots' serials go on past the
+    stored ones (a stored slot is never taken for a new slot's earlier step), the envs' first
+    slots after the restore are unusable until their stacks are whole, and every sample is
+    the observation stored at its slot."""
+    envs, truth = _stacked_envs(2), {}
+    obs = torch.stack([torch.as_tensor(env.reset(seed=70 + i)[0]) for i, env in enumerate(envs)])
+    before = _frame_history_dqn(40, 2)
+    for _ in range(30):  # wraps the ring of 40 slots once
+        obs = _step_all(before, envs, obs, truth)
+    after = _frame_history_dqn(40, 2)
+    after.replay.load_state_dict(before.replay.state_dict())
+    stored = int(after.replay.field("serial").max())
+    obs = _step_all(after, envs, obs, truth)
+    assert int(after.replay.field("serial").max()) > stored + 1
+    for _ in range(10):
+        obs = _step_all(after, envs, obs, truth)
+    for _ in range(20):
+        batch = after._sample()
+        for slot, o, n in zip(batch.indices.tolist(), batch["obs"], batch["next_obs"], strict=True):
+            assert torch.equal(o, truth[slot][0]) and torch.equal(n, truth[slot][1])
