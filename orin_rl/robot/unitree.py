@@ -123,6 +123,9 @@ class UnitreePlant:
         up and start the policy (``remote.COMBOS``); without it the plant stands up and starts
         at once. The remote's stop combination stops the robot either way."""
         require_cyclonedds()
+        self.signalled: str | None = None
+        """Set by a signal handler ('interrupted', 'terminated'): the waits and the control
+        loop end at their next poll (``robot_run.signals_stop``)."""
         self.spec: RobotSpec = _robot_spec(robot, contract)
         self.contract = contract
         self.motor_index = np.asarray(contract.motor_index, dtype=np.intp)
@@ -248,6 +251,8 @@ class UnitreePlant:
         self._thread = threading.Thread(target=self._command_loop, name="lowcmd", daemon=True)
         self._thread.start()
         self._wait_for_robot(wait_s)
+        if self.signalled is not None:
+            return
         with self._lock:
             quat = self._state["imu_state.quaternion"]
         self.machine.check_state(quat, self._q())  # the start-up orientation check
@@ -272,6 +277,8 @@ class UnitreePlant:
                  f"{self.description['dds_interface']}")  # fmt: skip
         self.phase = f"waiting up to {wait_s:g} s for the robot's state ({where})"
         self._wait_until(lambda: self._state is not None, deadline, wait_s, where)
+        if self.signalled is not None:
+            return
         check_reported(self)  # a real robot: refused a term it does not report, at once
         self._wait_until(
             lambda: not self.needs_velocity or self._velocity_w is not None, deadline, wait_s, where
@@ -288,6 +295,8 @@ class UnitreePlant:
     def _wait_until(self, ready: Any, deadline: float, wait_s: float, where: str) -> None:
         """Poll ``ready()`` until it holds; past ``deadline``, close and say what is missing."""
         while not ready():
+            if self.signalled is not None:
+                return
             if time.monotonic() > deadline:
                 self.close()
                 raise RobotError(self._silent_error(wait_s, where))
@@ -309,7 +318,7 @@ class UnitreePlant:
     def _wait_for(self, step: str) -> bool:
         """Until the remote asks for ``step`` (True) or the robot stops (False)."""
         while not self._asked[step]:
-            if self.machine.stopped:
+            if self.machine.stopped or self.signalled is not None:
                 return False
             time.sleep(0.005)
         return True
@@ -327,7 +336,7 @@ class UnitreePlant:
         else:
             self.phase = "stand"
         while not self.machine.stand_done(self._q(), cause):
-            if self.machine.stopped:
+            if self.machine.stopped or self.signalled is not None:
                 return
             if time.monotonic() > deadline:
                 self.machine.stop("the stand-up did not reach the default pose")
@@ -415,7 +424,7 @@ class UnitreePlant:
         self.machine.stop("non-finite action (replaced by the backend)")
 
     def should_stop(self) -> bool:
-        return self.machine.stopped
+        return self.machine.stopped or self.signalled is not None
 
     def report(self) -> dict[str, Any]:
         falls = sum(t["cause"].startswith("tilt") for t in self.machine.transitions)

@@ -41,24 +41,38 @@ ENDS = ("steps", "operator stop", "safety stop", "interrupted", "terminated")
 
 
 class Terminated(Exception):
-    """SIGTERM arrived during a robot run (raised in the main thread by its handler)."""
+    """A second SIGTERM during a robot run (raised in the main thread by its handler)."""
+
+
+SIGNAL_ENDS = {signal.SIGINT: "interrupted", signal.SIGTERM: "terminated"}
+SIGNAL_CAUSES = {"interrupted": "interrupted (Ctrl-C)", "terminated": "terminated (SIGTERM)"}
 
 
 @contextlib.contextmanager
-def sigterm_raises() -> Iterator[None]:
-    """SIGTERM raises ``Terminated`` in the main thread while inside (elsewhere: nothing)."""
+def signals_stop(robot: Any) -> Iterator[None]:
+    """Ctrl-C (SIGINT) or SIGTERM while inside set ``robot.signalled`` ('interrupted',
+    'terminated') and raise nothing: the plant's waits and the control loop see it at their
+    next poll or tick and end, and the run latches damping from its own code. An exception
+    raised by the handler could land anywhere in the main thread, inside the plant's or the
+    safety machine's lock too, and the damping latch then waited on that lock for ever (CI saw
+    a Ctrl-C'd run still alive after 60 s). A second signal raises (KeyboardInterrupt,
+    ``Terminated``) for an operator who wants out at once. Elsewhere than the main thread:
+    nothing."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
 
     def handler(signum, frame):
-        raise Terminated()
+        if robot.signalled is not None:
+            raise KeyboardInterrupt if signum == signal.SIGINT else Terminated()
+        robot.signalled = SIGNAL_ENDS[signal.Signals(signum)]
 
-    previous = signal.signal(signal.SIGTERM, handler)
+    previous = {sig: signal.signal(sig, handler) for sig in SIGNAL_ENDS}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, old in previous.items():
+            signal.signal(sig, old)
 
 
 def contract_of(model: str | Path) -> Any:
@@ -257,19 +271,20 @@ def run_on_robot(
         bridge.attach(robot)
         sensor, actuate = bridge.wrap(sensor, actuate)
     end, result = "steps", None
-    with sigterm_raises(), runner, watch, bridge or contextlib.nullcontext():
+    with signals_stop(robot), runner, watch, bridge or contextlib.nullcontext():
         try:
             robot.start(wait_s)
-            if robot.machine.mode is Mode.POLICY:
+            if robot.machine.mode is Mode.POLICY and robot.signalled is None:
                 result = ControlLoop(sensor, infer, actuate, cfg, safe_action=safe,
                                      should_stop=robot.should_stop).run()  # fmt: skip
-        except KeyboardInterrupt:
-            end = "interrupted"
-            robot.close("interrupted (Ctrl-C)")
-        except Terminated:
-            end = "terminated"
-            robot.close("terminated (SIGTERM)")
+        except KeyboardInterrupt:  # a second Ctrl-C
+            robot.signalled = robot.signalled or "interrupted"
+        except Terminated:  # a second SIGTERM
+            robot.signalled = robot.signalled or "terminated"
         finally:
+            if robot.signalled is not None:
+                end = robot.signalled
+                robot.close(SIGNAL_CAUSES[end])
             robot.close()
     result = result or watch.result()
     out = {**runner.describe(), "rate_hz": rate, **result.to_dict(), **robot.report(),

@@ -100,6 +100,22 @@ def test_ctrl_c_and_sigterm_latch_damping_and_write_the_report(bundle, tmp_path,
     assert any("latched to damping" in line and end in line for line in run.seen), run.seen
 
 
+def test_ctrl_c_while_waiting_for_the_robot_ends_the_wait(bundle, tmp_path):
+    """No robot on the domain: Ctrl-C during the 30 s wait for its state ends the run in
+    about a tick, exit 130, the report says interrupted (the handler only sets a flag; the
+    wait polls it)."""
+    report = tmp_path / "run.json"
+    run = Run(bundle, 48, report)  # a domain no other test uses
+    time.sleep(3.0)  # the process is up and waiting
+    assert run.proc.poll() is None
+    start = time.monotonic()
+    run.proc.send_signal(signal.SIGINT)
+    rc = run.finish(timeout=20.0)
+    assert rc == 130 and time.monotonic() - start < 10.0, run.proc.stderr.read()
+    data = json.loads(report.read_text())
+    assert data["end"] == "interrupted" and data["ticks"] == 0
+
+
 @pytest.mark.parametrize("phase", ["start-up", "policy"])
 def test_a_safety_stop_in_any_phase_has_its_own_exit_code(bundle, tmp_path, g1_contract, phase):
     """A tilted robot (stopped at the start-up check: exited 2 with no summary) and a robot gone

@@ -1,0 +1,37 @@
+"""A signal during a robot run sets a flag and raises nothing (``robot_run.signals_stop``): the
+plant's waits and the control loop end at their next poll, and the run latches damping from
+its own code, never from wherever the handler happened to interrupt the main thread."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from types import SimpleNamespace
+
+import pytest
+
+from orin_rl.runtime.robot_run import Terminated, signals_stop
+
+
+@pytest.mark.parametrize("sig, end, second", [(signal.SIGINT, "interrupted", KeyboardInterrupt),
+                                              (signal.SIGTERM, "terminated", Terminated)])  # fmt: skip
+def test_a_signal_sets_the_flag_and_a_second_one_raises(sig, end, second):
+    """The first signal: ``robot.signalled`` says which, and nothing is raised, even inside a
+    held lock (a raise there left the lock held and the damping latch waiting on it for ever);
+    a second: raised at once. The handlers are put back on the way out."""
+    robot = SimpleNamespace(signalled=None)
+    before = signal.getsignal(sig)
+    lock, seen = threading.Lock(), []
+    with pytest.raises(second), signals_stop(robot):
+        with lock:
+            os.kill(os.getpid(), sig)
+            for _ in range(1000):  # the handler runs between bytecodes: give it some
+                pass
+        seen += [robot.signalled, lock.acquire(timeout=1.0)]
+        os.kill(os.getpid(), sig)
+        for _ in range(1000):
+            pass
+        seen.append("the second signal raised nothing")
+    assert seen == [end, True]
+    assert signal.getsignal(sig) is before
