@@ -58,8 +58,9 @@ def validate(cfg: Any) -> None:
         raise ConfigError(
             f"env.backend: {cfg.env.backend!r} is not one of {', '.join(env_backends.names())}"
         )
-    for i, wrapper in enumerate(cfg.env.wrappers):
-        check_wrapper(f"env.wrappers[{i}]", wrapper)
+    for key in ("wrappers", "train_wrappers"):
+        for i, wrapper in enumerate(getattr(cfg.env, key) or []):
+            check_wrapper(f"env.{key}[{i}]", wrapper)
     if any(h <= 0 for h in cfg.ppo.hidden_sizes):  # []: the heads on the inputs (an image
         # encoder's features, as SB3's CnnPolicy)
         raise ConfigError(f"ppo.hidden_sizes: need positive widths, got {cfg.ppo.hidden_sizes}")

@@ -9,6 +9,9 @@ used by training, evaluation and ``orin-rl run`` alike, so every stage sees the 
   skips.
 - ``minatar``: MinAtar's (10, 10, C) bool grid as (C, 10, 10) uint8 of 0 and 255, so the
   encoder's x / 255 gives MinAtar's 0/1 channels.
+  With ``episodic_life`` (the Atari presets' ``env.train_wrappers``: training only), a lost
+  life ends the training episode and the game goes on (``EpisodicLife``), inside the stack, so
+  the next episode's stack starts padded with its first frame as after a reset.
 """
 
 from __future__ import annotations
@@ -24,9 +27,11 @@ def atari(
     stack: int = 4,
     noop_max: int = 30,
     terminal_on_life_loss: bool = False,
+    episodic_life: bool = False,
 ) -> gym.Env:
     """The usual Atari preprocessing (Machado et al. 2018's v5 env underneath, sticky actions
-    kept): (stack, screen_size, screen_size) uint8 frames."""
+    kept): (stack, screen_size, screen_size) uint8 frames; ``episodic_life``: ``EpisodicLife``
+    between the preprocessing and the stack (training envs)."""
     env = gym.wrappers.AtariPreprocessing(
         env,
         noop_max=noop_max,
@@ -35,6 +40,8 @@ def atari(
         terminal_on_life_loss=terminal_on_life_loss,
         grayscale_obs=True,
     )
+    if episodic_life:
+        env = EpisodicLife(env)
     return gym.wrappers.FrameStackObservation(env, stack)
 
 
@@ -54,3 +61,45 @@ class MinAtarFrames(gym.ObservationWrapper):
 def minatar(env: gym.Env) -> gym.Env:
     """MinAtar's grid as uint8 (C, 10, 10) frames (``MinAtarFrames``)."""
     return MinAtarFrames(env)
+
+
+class EpisodicLife(gym.Wrapper):
+    """A lost life ends the episode (``terminated``) while the game goes on: ``reset`` after it
+    takes one no-op step instead of a new game (Mnih et al. 2015; SB3's and CleanRL's
+    ``EpisodicLifeEnv``, which their Atari agents train with). For training envs only
+    (``atari(episodic_life=True)`` in ``env.train_wrappers``): an evaluation plays whole games.
+
+    The learner then sees a lost life as the end of its future rewards; the episode returns
+    the training logs are those of one life, not of a game."""
+
+    def __init__(self, env: gym.Env):
+        super().__init__(env)
+        if not hasattr(env.unwrapped, "ale"):
+            raise TypeError(f"episodic_life: {env.unwrapped} is not an ALE game (no lives)")
+        self.lives = 0
+        self.game_over = True
+
+    def _lives(self) -> int:
+        return int(self.env.unwrapped.ale.lives())
+
+    def step(self, action):
+        """The game's step; ``terminated`` also when a life was lost."""
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self.game_over = terminated or truncated
+        lives = self._lives()
+        if 0 < lives < self.lives:
+            terminated = True
+        self.lives = lives
+        return obs, reward, terminated, truncated, info
+
+    def reset(self, **kwargs):
+        """A new game after a game over, else the same game one no-op step on."""
+        if self.game_over:
+            obs, info = self.env.reset(**kwargs)
+        else:
+            obs, _, terminated, truncated, info = self.env.step(0)
+            if terminated or truncated:  # the no-op ended the game
+                obs, info = self.env.reset(**kwargs)
+        self.game_over = False
+        self.lives = self._lives()
+        return obs, info

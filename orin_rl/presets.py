@@ -162,9 +162,12 @@ for _game in ("Asterix", "Breakout", "Freeway", "Seaquest", "SpaceInvaders"):
 # 84x84 frames (the Nature encoder), CleanRL's ppo_atari (8 envs x 128 steps, 4 minibatches,
 # 4 epochs, lr 2.5e-4 annealed, clip 0.1, entropy 0.01) for 10M agent steps (40M frames).
 # Defined and smoke-tested on the CPU box, not trained there.
+_ATARI_EPISODIC_LIFE = {"wrapper": "orin_rl.image_envs:atari", "kwargs": {"episodic_life": True}}
 _ATARI_PPO: dict[str, Any] = {
     "env.kwargs": {"frameskip": 1},  # the wrapper skips (and max-pools) 4 frames
     "env.wrappers": ["orin_rl.image_envs:atari"],
+    # training: a lost life ends the episode (CleanRL's EpisodicLifeEnv); evaluation: games
+    "env.train_wrappers": [_ATARI_EPISODIC_LIFE],
     "env.num_envs": 8,
     "ppo.num_steps": 128,
     "ppo.num_epochs": 4,
@@ -222,6 +225,7 @@ OFF_POLICY_PRESETS: dict[tuple[str, str], dict[str, Any]] = {
         (f"ALE/{game}-v5", "dqn"): {
             "env.kwargs": {"frameskip": 1},
             "env.wrappers": ["orin_rl.image_envs:atari"],
+            "env.train_wrappers": [_ATARI_EPISODIC_LIFE],
             "env.num_envs": 1,
             "dqn.buffer_size": 100_000,
             "dqn.frame_history": True,

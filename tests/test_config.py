@@ -46,6 +46,7 @@ def test_int_widens_to_float():
         ("ppo.num_minibatches=7", "does not divide"),
         ("ppo.learning_rate", "expected section.field=value"),
         ("env.random_episode_start=true", "env.random_episode_start: mjlab tasks only"),
+        ("env.train_wrappers=[nomodule]", "env.train_wrappers[0]: 'nomodule' is not a module"),
     ],
 )
 def test_bad_overrides_name_the_key(override, message):

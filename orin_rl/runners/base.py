@@ -123,7 +123,7 @@ class Runner(Evaluation, ABC):
             vectorization=cfg.env.vectorization,
             max_episode_steps=cfg.env.max_episode_steps,
             env_kwargs=cfg.env.kwargs,
-            wrappers=cfg.env.wrappers,
+            wrappers=cfg.env.wrappers if cfg.env.train_wrappers is None else cfg.env.train_wrappers,
             random_episode_start=cfg.env.random_episode_start,
             num_workers=cfg.env.num_workers,
         )

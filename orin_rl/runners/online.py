@@ -155,7 +155,9 @@ class OnlineRunner(OffPolicyRunner):
         env_config = {
             "max_episode_steps": cfg.env.max_episode_steps,
             "kwargs": cfg.env.kwargs,
-            "wrappers": cfg.env.wrappers,
+            "wrappers": (
+                cfg.env.wrappers if cfg.env.train_wrappers is None else cfg.env.train_wrappers
+            ),
         }
         plant = make_plant(ocfg.plant, cfg.env.env_id, env_config)
         try:
