@@ -9,6 +9,9 @@ used by training, evaluation and ``orin-rl run`` alike, so every stage sees the 
   skips.
 - ``minatar``: MinAtar's (10, 10, C) bool grid as (C, 10, 10) uint8 of 0 and 255, so the
   encoder's x / 255 gives MinAtar's 0/1 channels.
+- ``rendered``: a state-based env's rendered frames (``render_mode: rgb_array`` in
+  ``env.kwargs``) as its observation, resized, RGB (H, W, 3) or grey, optionally stacked: a
+  policy from pixels on a classic-control or MuJoCo task.
   With ``episodic_life`` (the Atari presets' ``env.train_wrappers``: training only), a lost
   life ends the training episode and the game goes on (``EpisodicLife``), inside the stack, so
   the next episode's stack starts padded with its first frame as after a reset.
@@ -43,6 +46,18 @@ def atari(
     if episodic_life:
         env = EpisodicLife(env)
     return gym.wrappers.FrameStackObservation(env, stack)
+
+
+def rendered(env: gym.Env, size: int = 84, grey: bool = False, stack: int = 1) -> gym.Env:
+    """The env's rendered frames (made with ``render_mode="rgb_array"``) in place of its
+    observation, resized to ``size`` x ``size``: (size, size, 3) uint8, (size, size) grey,
+    or a stack of ``stack`` of them on a first axis (gymnasium's AddRenderObservation,
+    ResizeObservation, GrayscaleObservation, FrameStackObservation)."""
+    env = gym.wrappers.AddRenderObservation(env, render_only=True)
+    env = gym.wrappers.ResizeObservation(env, (size, size))
+    if grey:
+        env = gym.wrappers.GrayscaleObservation(env)
+    return gym.wrappers.FrameStackObservation(env, stack) if stack > 1 else env
 
 
 class MinAtarFrames(gym.ObservationWrapper):

@@ -13,6 +13,7 @@ from orin_rl.algorithms.offpolicy import OffPolicyAlgorithm
 from orin_rl.config import SACConfig
 from orin_rl.models import ActorCritic, PolicySpec
 from orin_rl.models.actor_critic import mlp
+from orin_rl.models.cnn import ImageEncoder
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
 
@@ -30,6 +31,11 @@ class QNetwork(nn.Module):
     ``dropout`` > 0 and ``layer_norm`` give DroQ's critic (Hiraoka et al., 2021): each hidden
     layer is Linear → Dropout → LayerNorm → ReLU, which keeps Q estimates stable at the high
     update-to-data ratios online learning on a robot needs (Smith et al., 2022: UTD 20).
+
+    ``image``: (frame shape, encoder kind) for image observations: the uint8 frames go through
+    an ``ImageEncoder`` of this network's own (trained by the critic's loss, Polyak-averaged
+    into the target with the rest), its features concatenated with the action. The actor has
+    its own encoder (``ActorCritic``), as Stable-Baselines3's SAC keeps them apart by default.
     """
 
     def __init__(
@@ -39,8 +45,12 @@ class QNetwork(nn.Module):
         hidden: list[int],
         dropout: float = 0.0,
         layer_norm: bool = False,
+        image: tuple[tuple[int, ...], str] | None = None,
     ):
         super().__init__()
+        self.encoder = ImageEncoder(*image) if image is not None else None
+        if self.encoder is not None:
+            obs_dim = self.encoder.features
         if not dropout and not layer_norm:
             self.net = mlp(obs_dim + action_dim, hidden, 1, "relu", 1.0)
         else:
@@ -63,7 +73,8 @@ class QNetwork(nn.Module):
             self.net = nn.Sequential(*layers, head)
 
     def forward(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
-        return self.net(torch.cat([obs.flatten(1), actions], -1)).squeeze(-1).float()
+        x = obs.flatten(1) if self.encoder is None else self.encoder(obs)
+        return self.net(torch.cat([x, actions], -1)).squeeze(-1).float()
 
 
 def squashed_gaussian(
@@ -109,8 +120,9 @@ class SAC(OffPolicyAlgorithm):
                          graphs=graphs, precision=precision)  # fmt: skip
         self.policy = ActorCritic(spec).to(device)  # its actor is the SAC actor
         obs_dim = math.prod(spec.obs_shape)
+        image = (tuple(spec.obs_shape), spec.encoder) if spec.encoder is not None else None
         critic = (obs_dim, spec.action_dim, list(cfg.hidden_sizes), cfg.critic_dropout,
-                  cfg.critic_layer_norm)  # fmt: skip
+                  cfg.critic_layer_norm, image)  # fmt: skip
         self.q1, self.q2 = QNetwork(*critic).to(device), QNetwork(*critic).to(device)
         self.q1_target, self.q2_target = copy.deepcopy(self.q1), copy.deepcopy(self.q2)
         for p in (*self.q1_target.parameters(), *self.q2_target.parameters()):

@@ -99,6 +99,19 @@ def resolve_placement(placement: str, device: torch.device) -> tuple[str, str]:
     return placement, "requested explicitly"
 
 
+def available_bytes(meminfo: str = "/proc/meminfo") -> int | None:
+    """The memory the kernel says a new allocation can take without swapping (MemAvailable:
+    on an Orin, what CPU and GPU share); None where there is no /proc/meminfo."""
+    try:
+        with open(meminfo) as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
 def allocate(
     shape: tuple[int, ...], dtype: torch.dtype, placement: str, device: torch.device
 ) -> Storage:

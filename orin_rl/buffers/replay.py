@@ -94,6 +94,7 @@ class ReplayBuffer:
         self.specs = _as_specs(fields)
         self.placement, self.placement_reason = memory.resolve_placement(placement, self.device)
         log.info("replay buffer placement: %s (%s)", self.placement, self.placement_reason)
+        self._check_memory()
         self._store = {
             name: memory.allocate((capacity, *spec.shape), spec.dtype, self.placement, self.device)
             for name, spec in self.specs.items()
@@ -106,6 +107,23 @@ class ReplayBuffer:
         """Next slot to write."""
         self.size = 0
         """Transitions stored."""
+
+    def _check_memory(self) -> None:
+        """Refuse, before allocating, a buffer larger than the memory available (host memory:
+        every placement but ``device``; on an Orin the GPU's too): zeroing it would swap or
+        be killed, minutes into a run. Logs its size either way."""
+        per = sum(math.prod(s.shape) * torch.empty((), dtype=s.dtype).element_size()
+                  for s in self.specs.values())  # fmt: skip
+        total = per * self.capacity
+        log.info("replay buffer: %d transitions of %d bytes, %.2f GB", self.capacity, per,
+                 total / 1e9)  # fmt: skip
+        free = memory.available_bytes() if self.placement != "device" else None
+        if free is not None and total > free:
+            raise ReplayError(
+                f"a replay buffer of {self.capacity:,} transitions of {per:,} bytes needs "
+                f"{total / 1e9:.2f} GB; this machine has {free / 1e9:.2f} GB available: lower "
+                "the algorithm's buffer_size (dqn.buffer_size, sac.buffer_size)"
+            )
 
     # ------------------------------------------------------------------ basics
     @property

@@ -47,9 +47,6 @@ class OffPolicyRunner(Runner):
             activation="relu",
             squash=cfg.train.algo == "sac",
         )
-        if cfg.train.algo == "sac" and self.policy_spec.encoder is not None:
-            raise OrinError(f"SAC on image observations ({cfg.env.env_id}) is not built (its "
-                            "Q networks take flat vectors): train it with ppo, or dqn")  # fmt: skip
         common = (self.policy_spec, sub, cfg.env.num_envs, self.device, cfg.buffer.placement,
                   cfg.train.log_every)  # fmt: skip
         if cfg.train.algo == "sac":

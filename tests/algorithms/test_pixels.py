@@ -95,21 +95,76 @@ class TestAtariReplayBytes:
         assert algo.grad_steps == algo.cfg.gradient_steps
 
 
-def test_sac_on_frames_is_refused(tmp_path):
-    """SAC's Q networks take flat vectors: rendered frames (Pendulum's (500, 500, 3) uint8)
-    stop the run at its start with what to use instead."""
-    from orin_rl.errors import OrinError
+def test_sac_trains_on_rendered_frames(tmp_path, monkeypatch):
+    """SAC on Pendulum's rendered frames, 48x48 RGB (``orin_rl.image_envs:rendered``): the
+    actor and each Q network take the uint8 frames through an image
+    encoder of their own, the replay holds uint8, and the run trains, checkpoints and
+    evaluates."""
+    pytest.importorskip("pygame")  # classic control's renderer
+    from orin_rl.algorithms.sac import SAC
 
+    seen = {}
+    step = SAC._step
+
+    def spy(self, batch):
+        seen["obs"] = batch["obs"].dtype
+        seen["encoders"] = self.q1.encoder is not None and self.q2_target.encoder is not None
+        seen["bytes"] = self.replay.nbytes
+        return step(self, batch)
+
+    monkeypatch.setattr(SAC, "_step", spy)
     cfg = Config()
     values = {
         "env.env_id": "Pendulum-v1", "env.num_envs": 1, "env.kwargs": {"render_mode": "rgb_array"},
-        "env.wrappers": ["gymnasium.wrappers:AddRenderObservation"], "train.algo": "sac",
-        "train.device": "cpu", "train.total_steps": 64, "train.tensorboard": False,
+        "env.wrappers": [{"wrapper": "orin_rl.image_envs:rendered", "kwargs": {"size": 48}}],
+        "env.max_episode_steps": 40, "train.algo": "sac", "sac.buffer_size": 1000,
+        "sac.learning_starts": 64, "sac.batch_size": 16,
+        "sac.hidden_sizes": [32], "train.device": "cpu", "train.total_steps": 96,
+        "train.eval_episodes": 1, "train.eval_every": 0, "train.tensorboard": False,
     }  # fmt: skip
     for key, value in values.items():
         config_mod.set_value(cfg, key, value)
-    with pytest.raises(OrinError, match=r"SAC on image observations .* train it with ppo, or dqn"):
-        train(cfg, tmp_path / "run", progress=False)
+    summary = train(cfg, tmp_path / "run", progress=False)
+    # obs and next_obs 48 x 48 x 3 uint8 + action, reward, terminated, discount (4 bytes
+    # each): 13,840 bytes a transition, 13.8 GB for SAC's default 1M (docs/training.md)
+    assert seen == {"obs": torch.uint8, "encoders": True, "bytes": 1_000 * 13_840}
+    assert summary["total_steps"] == 96 and summary["eval_return_mean"] is not None
+
+
+def test_sacs_critic_loss_trains_the_q_encoders_and_not_the_actors():
+    """One gradient step on uint8 frames: the Q networks' encoders move (the critic's loss),
+    their targets move by tau towards them, and the actor's encoder, its own, moves by the
+    actor's loss."""
+    from orin_rl.algorithms.sac import SAC
+    from orin_rl.config import SACConfig
+
+    torch.manual_seed(0)
+    space = gym.spaces.Box(0, 255, (3, 16, 16), np.uint8)
+    spec = PolicySpec.from_spaces(space, gym.spaces.Box(-1, 1, (2,), np.float32),
+                                  hidden_sizes=[32], activation="relu", squash=True)  # fmt: skip
+    cfg = SACConfig(buffer_size=64, batch_size=8, learning_starts=0, hidden_sizes=[32], tau=0.5)
+    algo = SAC(spec, cfg, 2, torch.device("cpu"), "host", 1)
+    assert spec.encoder == "small" and algo.q1.encoder is not None
+    for _ in range(8):
+        obs = torch.randint(0, 256, (2, 3, 16, 16), dtype=torch.uint8)
+        algo.act(obs)
+        nxt = torch.randint(0, 256, (2, 3, 16, 16), dtype=torch.uint8)
+        done = torch.zeros(2, dtype=torch.bool)
+        algo.process_env_step(StepResult(nxt, torch.randn(2), done, done, nxt, {}))
+    assert algo.replay.field("obs").dtype == torch.uint8
+    q_enc = [p.detach().clone() for p in algo.q1.encoder.parameters()]
+    target_enc = [p.detach().clone() for p in algo.q1_target.encoder.parameters()]
+    actor_enc = [p.detach().clone() for p in algo.policy.actor[0].parameters()]
+    algo.update()
+    moved = [
+        not torch.equal(a, b) for a, b in zip(q_enc, algo.q1.encoder.parameters(), strict=True)
+    ]
+    assert all(moved)
+    for before, online, target in zip(target_enc, algo.q1.encoder.parameters(),
+                                      algo.q1_target.encoder.parameters(), strict=True):  # fmt: skip
+        torch.testing.assert_close(target, 0.5 * before + 0.5 * online.detach())
+    assert any(not torch.equal(a, b) for a, b in
+               zip(actor_enc, algo.policy.actor[0].parameters(), strict=True))  # fmt: skip
 
 
 class TestSharedFrames:

@@ -313,3 +313,21 @@ def test_gpu_placements(placement):
     np.testing.assert_allclose(
         buf.tree.cpu().numpy(), tree_from_leaves(leaves, buf.tree_capacity), rtol=1e-9
     )
+
+
+def test_a_buffer_larger_than_the_memory_available_is_refused_before_it_is_made(
+    monkeypatch, tmp_path
+):
+    """MemAvailable read from /proc/meminfo; a buffer over it: one line with its bytes and
+    what to lower, before any allocation (zeroing it would swap or be killed mid-run)."""
+    from orin_rl.buffers import memory
+
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal:       24000000 kB\nMemAvailable:     1000 kB\n")
+    assert memory.available_bytes(str(meminfo)) == 1_024_000
+    assert memory.available_bytes(str(tmp_path / "none")) is None
+    monkeypatch.setattr(memory, "available_bytes", lambda: 1_024_000)
+    ReplayBuffer(100, {"obs": ((84, 84), torch.uint8)})  # 0.7 MB: fits
+    with pytest.raises(ReplayError, match=r"1,000 transitions of 7,056 bytes needs 0\.01 GB; this "
+                                          r"machine has 0\.00 GB available: lower .*buffer_size"):  # fmt: skip
+        ReplayBuffer(1_000, {"obs": ((84, 84), torch.uint8)})
