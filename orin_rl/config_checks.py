@@ -111,6 +111,10 @@ def validate(cfg: Any) -> None:
         if getattr(cfg.dqn, name) and (cfg.dqn.n_step != 1 or cfg.online.enabled):
             raise ConfigError(f"dqn.{name}: one-step transitions of the off-policy runner only "
                               "(set dqn.n_step=1, drop --online)")  # fmt: skip
+    if cfg.dqn.frame_history and cfg.dqn.prioritized:
+        raise ConfigError("dqn.frame_history: uniform replay only (prioritized replay's weights "
+                          "and priorities belong to the slots it drew); set dqn.prioritized "
+                          "false")  # fmt: skip
     if cfg.dqn.share_frames and cfg.dqn.frame_history:
         raise ConfigError("dqn.share_frames and dqn.frame_history: pick one (frame_history "
                           "keeps less: 2 frames a transition against k + 1)")  # fmt: skip
@@ -143,3 +147,12 @@ def validate(cfg: Any) -> None:
             f"ppo.num_minibatches: {cfg.ppo.num_minibatches} does not divide the batch of "
             f"{cfg.batch_size} (env.num_envs * ppo.num_steps)"
         )
+    if cfg.ppo.normalize_advantage_per_minibatch:
+        if not cfg.ppo.normalize_advantage:
+            raise ConfigError(
+                "ppo.normalize_advantage_per_minibatch: says where advantages are normalised; "
+                "set ppo.normalize_advantage true, or drop it"
+            )
+        if cfg.batch_size // cfg.ppo.num_minibatches < 2:
+            raise ConfigError("ppo.normalize_advantage_per_minibatch: a minibatch of one sample "
+                              "has no std; lower ppo.num_minibatches")  # fmt: skip

@@ -50,13 +50,17 @@ def atari(
 
 def rendered(env: gym.Env, size: int = 84, grey: bool = False, stack: int = 1) -> gym.Env:
     """The env's rendered frames (made with ``render_mode="rgb_array"``) in place of its
-    observation, resized to ``size`` x ``size``: (size, size, 3) uint8, (size, size) grey,
-    or a stack of ``stack`` of them on a first axis (gymnasium's AddRenderObservation,
-    ResizeObservation, GrayscaleObservation, FrameStackObservation)."""
+    observation, resized to ``size`` x ``size``: (size, size, 3) uint8 RGB, (size, size, 1)
+    grey, or with ``grey`` a stack of ``stack`` of them, (stack, size, size) (gymnasium's
+    AddRenderObservation, ResizeObservation, GrayscaleObservation, FrameStackObservation):
+    each a shape the image encoders take."""
+    if stack > 1 and not grey:
+        raise ValueError("rendered: a stack of RGB frames has 4 axes, which no image encoder "
+                         "takes; stack grey frames (grey: true) or set stack: 1")  # fmt: skip
     env = gym.wrappers.AddRenderObservation(env, render_only=True)
     env = gym.wrappers.ResizeObservation(env, (size, size))
     if grey:
-        env = gym.wrappers.GrayscaleObservation(env)
+        env = gym.wrappers.GrayscaleObservation(env, keep_dim=stack == 1)
     return gym.wrappers.FrameStackObservation(env, stack) if stack > 1 else env
 
 

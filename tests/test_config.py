@@ -170,3 +170,19 @@ def test_internal_copy_keeps_every_section():
         else:
             pytest.fail(f"section {name} has no flag or number to change; extend this test")
     assert C.from_plain(C.to_dict(cfg)) == cfg
+
+
+@pytest.mark.parametrize("other, message", [
+    ("ppo.normalize_advantage=false", "set ppo.normalize_advantage true"),
+    ("ppo.num_minibatches=512", "a minibatch of one sample has no std"),
+])  # fmt: skip
+def test_per_minibatch_advantages_need_normalising_and_two_samples(other, message):
+    base = ["env.num_envs=4", "ppo.num_steps=128", "ppo.normalize_advantage_per_minibatch=true"]
+    with pytest.raises(C.ConfigError, match=message):
+        C.apply_overrides(C.Config(), [*base, other])
+    C.apply_overrides(C.Config(), base)  # valid alone
+
+
+def test_frame_history_takes_uniform_replay():
+    with pytest.raises(C.ConfigError, match=r"dqn.frame_history: uniform replay only"):
+        C.apply_overrides(C.Config(), ["dqn.frame_history=true", "dqn.prioritized=true"])

@@ -16,8 +16,9 @@ the buffer), whose slots are stored but marked unusable (depth 255).
 
 A slot is unusable too once the ring has overwritten a slot its stack reads (the k - 1 oldest
 rounds of a full buffer): ``serial`` (the vector step that wrote a slot) tells. A sampled unusable
-slot is replaced by the slot (k - 1) rounds newer, the same env's, whose stack is whole: in a
-buffer of 1M transitions and 1 env, 3 slots in 1M are never sampled and 3 others twice as often.
+slot is drawn again, uniformly, until usable (up to ``REDRAWS`` rounds; then a usable slot of the
+same batch): uniform sampling over the usable slots. Uniform replay only: prioritized replay
+is refused with it (its weights and priorities are those of the slots it drew).
 
 Bytes: 2 H W + 9 a transition (Atari: 14,121, and the scalars' 20: 14,141), against
 k H W + H W + 20 with ``share_frames`` (35,300) and 2 k H W + 20 without (56,468): a 1M Atari
@@ -28,10 +29,17 @@ from __future__ import annotations
 
 import torch
 
-from orin_rl.buffers.replay import ReplayBatch, ReplayBuffer, ReplayError
+from orin_rl.buffers.replay import (
+    PrioritizedReplayBuffer,
+    ReplayBatch,
+    ReplayBuffer,
+    ReplayError,
+)
 
 UNUSABLE = 255
 """``depth`` of a slot whose stack cannot be rebuilt (an env's first steps after a resume)."""
+REDRAWS = 16
+"""Draws again for the unusable slots of a batch (each round redraws those still unusable)."""
 
 
 def fields(obs_shape: tuple[int, ...]) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
@@ -53,6 +61,8 @@ class FrameHistory:
     ``num_envs`` envs adding one row each per vector step."""
 
     def __init__(self, replay: ReplayBuffer, obs_shape: tuple[int, ...], num_envs: int):
+        if isinstance(replay, PrioritizedReplayBuffer):
+            raise ReplayError("frame_history takes uniform replay: set dqn.prioritized false")
         self.replay = replay
         self.k = int(obs_shape[0])
         self.num_envs = num_envs
@@ -131,13 +141,26 @@ class FrameHistory:
         return (depth != UNUSABLE) & (serial[oldest] == serial[slots] - reach)
 
     def sample(self, batch: ReplayBatch) -> ReplayBatch:
-        """``batch`` (sampled from the replay) with its unusable slots replaced (module
-        docstring) and ``obs`` and ``next_obs`` rebuilt; the indices are the slots used."""
+        """``batch`` (drawn uniformly from the replay) with its unusable slots drawn again
+        until usable (rejection sampling: uniform over the usable slots) and ``obs`` and
+        ``next_obs`` rebuilt; the indices are the slots used."""
         replay = self.replay
         dev = replay.storage_device
         slots = batch.indices.to(dev)
-        newer = (slots + (self.k - 1) * self.num_envs) % replay.capacity
-        slots = torch.where(self.usable(slots), slots, newer)
+        ok = self.usable(slots)
+        for _ in range(REDRAWS):
+            if bool(ok.all()):
+                break
+            again = torch.randint(0, len(replay), slots.shape, device=dev)
+            slots = torch.where(ok, slots, again)
+            ok = self.usable(slots)
+        if not bool(ok.all()):
+            if not bool(ok.any()):
+                raise ReplayError(
+                    "frame_history: no transition whose stack can be rebuilt yet (a restored "
+                    "buffer's first steps); raise learning_starts"
+                )
+            slots = torch.where(ok, slots, slots[ok][0])
         data = replay.gather(slots)
         depth = replay.field("depth")[slots].long()
         obs = self._stack(slots, depth, replay.field("frame")[slots]).to(replay.device)

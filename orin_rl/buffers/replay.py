@@ -117,7 +117,8 @@ class ReplayBuffer:
         total = per * self.capacity
         log.info("replay buffer: %d transitions of %d bytes, %.2f GB", self.capacity, per,
                  total / 1e9)  # fmt: skip
-        free = memory.available_bytes() if self.placement != "device" else None
+        host = self.placement != "device" or memory.is_integrated(self.device)  # Orin: one DRAM
+        free = memory.available_bytes() if host else None
         if free is not None and total > free:
             raise ReplayError(
                 f"a replay buffer of {self.capacity:,} transitions of {per:,} bytes needs "

@@ -126,6 +126,8 @@ class UnitreePlant:
         self.signalled: str | None = None
         """Set by a signal handler ('interrupted', 'terminated'): the waits and the control
         loop end at their next poll (``robot_run.signals_stop``)."""
+        self.closing = False
+        """The run is latching damping: signals wait (``robot_run.signals_stop``)."""
         self.spec: RobotSpec = _robot_spec(robot, contract)
         self.contract = contract
         self.motor_index = np.asarray(contract.motor_index, dtype=np.intp)

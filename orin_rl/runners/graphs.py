@@ -216,7 +216,11 @@ class GraphedUpdate:
         try:
             # thread_local: another thread's CUDA calls do not fail this capture (the collector
             # thread of runners.overlap is idle by then: prepare)
-            with capture(graph, capture_error_mode="thread_local"):
+            # a buffer's own generator (runners.overlap's minibatch order) is registered
+            # with the graph, as torch's default one is
+            order = getattr(self.algo.buffer, "generator", None)
+            gens = [order] if order is not None and order.device.type == "cuda" else []
+            with capture(graph, generators=gens, capture_error_mode="thread_local"):
                 num_updates, epochs = self.algo.update_steps()
         except Exception as exc:  # stay correct: an eager update is slower, not wrong
             self.failed = f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:200]}"

@@ -81,10 +81,11 @@ class OverlappedRollouts:
         self.collector.reward_normalizer = self.learner.reward_normalizer
         self.spare = self.learner.buffer  # the learner takes the collector's buffers in turn
         # The collector draws actions from torch's global RNG on its thread; the learner's
-        # minibatch order draws from its own, seeded, so a seed fixes the run.
-        order = torch.Generator(self.spare.storage_device)
-        order.manual_seed(cfg.train.seed * 7919 + self.learner.iteration)
-        self.spare.generator = self.collector.buffer.generator = order
+        # minibatch order draws from its own, seeded from (seed, iteration) before each update,
+        # so a seed fixes the run and a resumed run draws the orders an unbroken one would.
+        self.order = torch.Generator(self.spare.storage_device)
+        self._order_seed = cfg.train.seed * 7919
+        self.spare.generator = self.collector.buffer.generator = self.order
         self.primed = False
         self.pool = ThreadPoolExecutor(1, thread_name_prefix="orin-rl-collector")
         self._stream = torch.cuda.Stream(runner.device) if runner.device.type == "cuda" else None
@@ -133,6 +134,7 @@ class OverlappedRollouts:
         if not last:  # the run's last update: no rollout after it to collect
             self._wait_for_weights()
             future = self.pool.submit(self._collect, obs)
+        self.order.manual_seed(self._order_seed + self.learner.iteration)
         try:
             losses = self.learner.update()  # clears `filled` at its end
         except BaseException:

@@ -56,13 +56,15 @@ def signals_stop(robot: Any) -> Iterator[None]:
     raised by the handler could land anywhere in the main thread, inside the plant's or the
     safety machine's lock too, and the damping latch then waited on that lock for ever (CI saw
     a Ctrl-C'd run still alive after 60 s). A second signal raises (KeyboardInterrupt,
-    ``Terminated``) for an operator who wants out at once. Elsewhere than the main thread:
-    nothing."""
+    ``Terminated``) for an operator who wants out at once, unless the run is latching damping
+    (``robot.closing``): nothing interrupts that. Elsewhere than the main thread: nothing."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
 
     def handler(signum, frame):
+        if getattr(robot, "closing", False):  # latching damping: let it finish
+            return
         if robot.signalled is not None:
             raise KeyboardInterrupt if signum == signal.SIGINT else Terminated()
         robot.signalled = SIGNAL_ENDS[signal.Signals(signum)]
@@ -282,6 +284,7 @@ def run_on_robot(
         except Terminated:  # a second SIGTERM
             robot.signalled = robot.signalled or "terminated"
         finally:
+            robot.closing = True  # signals from here on are ignored (signals_stop)
             if robot.signalled is not None:
                 end = robot.signalled
                 robot.close(SIGNAL_CAUSES[end])

@@ -344,3 +344,42 @@ def test_frame_history_goes_on_after_a_restored_buffer():
         batch = after._sample()
         for slot, o, n in zip(batch.indices.tolist(), batch["obs"], batch["next_obs"], strict=True):
             assert torch.equal(o, truth[slot][0]) and torch.equal(n, truth[slot][1])
+
+
+@pytest.mark.parametrize("restored_rounds", [8, 30])  # 16 of 40 slots; a ring wrapped once
+def test_frame_history_samples_right_after_a_restore_are_the_stored_ones(restored_rounds):
+    """The step after a restore: the envs' new slots are unusable (their stacks reach back
+    before the restore) and the ring may have overwritten what the oldest slots' stacks read;
+    every sample is still exactly a stored observation (the unusable ones drawn again), never
+    a slot past the buffer's size."""
+    envs, truth = _stacked_envs(2), {}
+    obs = torch.stack([torch.as_tensor(env.reset(seed=90 + i)[0]) for i, env in enumerate(envs)])
+    before = _frame_history_dqn(40, 2)
+    for _ in range(restored_rounds):
+        obs = _step_all(before, envs, obs, truth)
+    after = _frame_history_dqn(40, 2)
+    after.replay.load_state_dict(before.replay.state_dict())
+    for _ in range(3):  # the new slots' chains are not whole yet
+        obs = _step_all(after, envs, obs, truth)
+        for _ in range(50):
+            batch = after._sample()
+            assert int(batch.indices.max()) < len(after.replay)
+            for slot, o, n in zip(batch.indices.tolist(), batch["obs"], batch["next_obs"], strict=True):  # fmt: skip
+                assert torch.equal(o, truth[slot][0]) and torch.equal(n, truth[slot][1])
+
+
+@pytest.mark.parametrize("kwargs, shape", [({}, (32, 32, 3)), ({"grey": True}, (32, 32, 1)),
+                                           ({"grey": True, "stack": 3}, (3, 32, 32))])  # fmt: skip
+def test_rendered_frames_come_in_shapes_an_image_encoder_takes(kwargs, shape):
+    """Pendulum's rendered frames, resized to 32: RGB, grey (a channel axis kept), a grey
+    stack; a stack of RGB frames (4 axes) is refused in one line."""
+    pytest.importorskip("pygame")  # classic control's renderer
+    from orin_rl.image_envs import rendered
+    from orin_rl.models.cnn import image_encoder_kind
+
+    env = rendered(gym.make("Pendulum-v1", render_mode="rgb_array"), size=32, **kwargs)
+    obs, _ = env.reset(seed=0)
+    assert obs.shape == env.observation_space.shape == shape and obs.dtype == np.uint8
+    assert image_encoder_kind(shape, "uint8") == "small"
+    with pytest.raises(ValueError, match="a stack of RGB frames has 4 axes"):
+        rendered(gym.make("Pendulum-v1", render_mode="rgb_array"), stack=2)

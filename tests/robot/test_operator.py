@@ -106,7 +106,7 @@ def test_ctrl_c_while_waiting_for_the_robot_ends_the_wait(bundle, tmp_path):
     wait polls it)."""
     report = tmp_path / "run.json"
     run = Run(bundle, 48, report)  # a domain no other test uses
-    time.sleep(3.0)  # the process is up and waiting
+    run.wait_for("waiting up to 30 s for the robot's state")  # its signal handlers are set
     assert run.proc.poll() is None
     start = time.monotonic()
     run.proc.send_signal(signal.SIGINT)

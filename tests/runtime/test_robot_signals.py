@@ -35,3 +35,17 @@ def test_a_signal_sets_the_flag_and_a_second_one_raises(sig, end, second):
         seen.append("the second signal raised nothing")
     assert seen == [end, True]
     assert signal.getsignal(sig) is before
+
+
+def test_no_signal_interrupts_the_damping_latch():
+    """While the run latches damping (``robot.closing``), a second Ctrl-C raises nothing: the
+    latch finishes (a KeyboardInterrupt in it could cut it short or leave its lock held)."""
+    robot = SimpleNamespace(signalled="interrupted", closing=True)
+    try:
+        with signals_stop(robot):
+            os.kill(os.getpid(), signal.SIGINT)
+            for _ in range(1000):
+                pass
+    except KeyboardInterrupt:
+        pytest.fail("a Ctrl-C interrupted the damping latch")
+    assert robot.signalled == "interrupted"
