@@ -57,6 +57,13 @@ def evaluate(predict, env_id: str, episodes: int) -> list[float]:
     return returns
 
 
+def _preset(env_id: str) -> dict:
+    """The preset both trainers took (orin_rl's as is; the SB3 peer reads the same dict)."""
+    from orin_rl.presets import PRESETS
+
+    return dict(PRESETS[env_id])
+
+
 def run_ours(env_id: str, seed: int, total: int, workdir: Path) -> tuple[dict, Path]:
     out = workdir / f"ours-{seed}"
     cmd = [sys.executable, "-m", "orin_rl.cli", "-q", "train", "--env", env_id, "--device",
@@ -176,6 +183,7 @@ def main() -> None:
         "seeds": seeds,
         "total_steps": args.total_steps,
         "eval_episodes": args.eval_episodes,
+        "preset": _preset(args.env),
         "command": "python tools/bench_pixels.py " + " ".join(sys.argv[1:]),
         "summary": summary,
         "runs": runs,
