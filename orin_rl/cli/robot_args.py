@@ -82,6 +82,12 @@ def robot_run_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--tilt-limit", type=_POSITIVE, default=1.0,
                    help="stop (damping, latched) above this base tilt in radians (at most "
                    "1.2)")  # fmt: skip
+    g.add_argument("--late-factor", type=_POSITIVE, default=1.5,
+                   help="stop (damping, latched) when a policy tick comes this many periods "
+                   "after the previous one (at most 5)")  # fmt: skip
+    g.add_argument("--silence-s", type=_POSITIVE, default=0.1,
+                   help="stop (damping, latched) when the robot's state is silent this many "
+                   "seconds (at most 0.5)")  # fmt: skip
     g.add_argument("--wait-s", type=_POSITIVE, default=60.0,
                    help="seconds to wait for the robot's first state (a twin takes ~10 s to "
                    "start)")  # fmt: skip

@@ -92,8 +92,8 @@ EXIT_CODES = {"steps": 0, "operator stop": 0, "safety stop": 3, "interrupted": 1
               "terminated": 143}  # fmt: skip
 """``run --plant``'s exit code for each way a run ends (``runtime.robot_run.ENDS``)."""
 ROBOT_FLAGS = ("--command", "--command-every", "--dds-domain", "--dds-interface", "--dds-peers",
-               "--stand-s",
-               "--tilt-limit", "--wait-s")  # fmt: skip
+               "--stand-s", "--tilt-limit", "--late-factor", "--silence-s",
+               "--wait-s")  # fmt: skip
 """Flags that mean something only with ``--plant`` (refused without it)."""
 PLANT_OVERRIDES = ("--rate", "--env", "--env-kwargs", "--plant-device")
 """Flags of a simulated run that a robot plant decides itself (its contract's period, the
@@ -143,7 +143,12 @@ def _drive(args: argparse.Namespace, loop: dict) -> dict:
         args.dds_interface,
         args.velocity_command,
         args.command_every,
-        {"stand_s": args.stand_s, "tilt_limit": args.tilt_limit},
+        {
+            "stand_s": args.stand_s,
+            "tilt_limit": args.tilt_limit,
+            "late_factor": args.late_factor,
+            "silence_s": args.silence_s,
+        },
         args.report,
         args.histogram,
         loop_options=loop,

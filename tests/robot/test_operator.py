@@ -37,7 +37,7 @@ class Run:
             [sys.executable, "-m", "orin_rl.cli", "-q", "run", "--model", str(bundle),
              "--plant", "unitree-g1", "--dds-domain", str(domain), "--dds-interface", "lo",
              "--stand-s", "0.2", "--steps", "100000", "--wait-s", "30", "--report", str(report),
-             *extra],
+             "--late-factor", "5", *extra],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
         self.lines: queue.Queue[str] = queue.Queue()
@@ -100,6 +100,17 @@ def test_ctrl_c_and_sigterm_latch_damping_and_write_the_report(bundle, tmp_path,
     assert any("latched to damping" in line and end in line for line in run.seen), run.seen
 
 
+@pytest.mark.parametrize("flag, value", [("--late-factor", "10"), ("--silence-s", "2")])
+def test_safety_limits_from_the_command_line_are_held_to_their_ranges(bundle, tmp_path, flag,
+                                                                      value):  # fmt: skip
+    """``--late-factor`` and ``--silence-s`` reach the safety machine, which refuses a value
+    that would switch its check off, before anything is driven (exit 2, one line)."""
+    run = Run(bundle, 49, tmp_path / "run.json", flag, value)
+    rc = run.finish(timeout=60.0)
+    err = run.proc.stderr.read()
+    assert rc == 2 and f"{flag[2:]} {value} is outside" in err, err
+
+
 def test_ctrl_c_while_waiting_for_the_robot_ends_the_wait(bundle, tmp_path):
     """No robot on the domain: Ctrl-C during the 30 s wait for its state ends the run in
     about a tick, exit 130, the report says interrupted (the handler only sets a flag; the
@@ -152,29 +163,40 @@ def test_the_remotes_combinations_move_the_machine_each_in_its_own_mode(g1_contr
     from orin_rl.robot.remote import COMBOS, RemoteState, combo_mask, encode
     from orin_rl.robot.safety import Mode, SafetyConfig
 
-    def hold(combo: str | None) -> None:
+    def hold(combo: str | None, until=None, timeout: float = 10.0) -> None:
+        """Press ``combo`` for 0.1 s, or until ``until()`` holds (a loaded box may take its
+        time to read it), then release."""
         robot.remote = encode(RemoteState(combo_mask(combo) if combo else 0))
-        time.sleep(0.1)
+        deadline = time.monotonic() + (timeout if until else 0.1)
+        while time.monotonic() < deadline and not (until and until()):
+            time.sleep(0.01)
+        robot.remote = encode(RemoteState(0))
+
+    def wait(until, timeout: float = 10.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and not until():
+            time.sleep(0.01)
 
     contract = DeployContract.from_dict(g1_contract)
     robot = StandIn(26, contract)
     robot.start()
     plant = UnitreePlant(contract, domain=26, interface="lo", remote=True,
-                         safety=SafetyConfig(stand_s=0.2))  # fmt: skip
+                         safety=SafetyConfig(stand_s=0.2, late_factor=5.0))  # fmt: skip
     starter = threading.Thread(target=plant.start, kwargs={"wait_s": 10.0}, daemon=True)
     try:
         starter.start()
+        wait(lambda: plant.phase.startswith("passive"))  # listening to the remote
         hold(COMBOS["policy"])  # too early: passive
-        hold(None)
+        time.sleep(0.1)
         assert plant.machine.mode is Mode.PASSIVE
-        hold(COMBOS["stand"])
-        hold(None)
-        time.sleep(0.5)  # the stand-up's 0.2 s are over and the pose is reached
+        hold(COMBOS["stand"], until=lambda: plant.machine.mode is Mode.STAND)
+        wait(lambda: plant.phase.startswith("stand:"))  # standing up, waiting for R1+X
+        time.sleep(0.5)  # the stand-up's 0.2 s are over: without R1+X it holds the pose
         assert plant.machine.mode is Mode.STAND
-        hold(COMBOS["policy"])
-        starter.join(timeout=5.0)
+        hold(COMBOS["policy"], until=lambda: plant.machine.mode is Mode.POLICY)
+        starter.join(timeout=10.0)
         assert plant.machine.mode is Mode.POLICY
-        hold(COMBOS["stop"])
+        hold(COMBOS["stop"], until=lambda: plant.machine.stopped)
         assert plant.machine.stopped and plant.machine.safety_stop is None
     finally:
         plant.close()
