@@ -142,8 +142,19 @@ def resolve_wrappers(entries: list[str | dict[str, Any]] | None) -> list[Any]:
         if isinstance(entry, dict):
             kwargs = dict(entry.get("kwargs") or {})
         wrapper = import_object(name, f"env.wrappers[{i}]")
-        wrappers.append(functools.partial(wrapper, **kwargs) if kwargs else wrapper)
+        wrappers.append(functools.partial(_wrap, name, wrapper, kwargs))
     return wrappers
+
+
+def _wrap(name: str, wrapper: Any, kwargs: dict[str, Any], env: Any) -> Any:
+    """``wrapper(env, **kwargs)``; a wrapper refusing its env or its arguments (a ValueError,
+    TypeError or assertion from its constructor) becomes one line naming it."""
+    try:
+        return wrapper(env, **kwargs)
+    except EnvMakeError:
+        raise
+    except (ValueError, TypeError, AssertionError) as exc:
+        raise EnvMakeError(f"wrapper {name}: {exc}") from None
 
 
 def make_env(

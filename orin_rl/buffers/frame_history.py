@@ -126,7 +126,7 @@ class FrameHistory:
         frames = self.replay.field("frame")
         out = [newest]
         for j in range(1, self.k):
-            back = torch.minimum(depth, torch.tensor(j, device=depth.device))
+            back = depth.clamp(max=j)
             src = (slots - back * self.num_envs) % self.replay.capacity
             older = frames[src]
             out.append(torch.where((back == 0).view(-1, 1, 1), newest, older))

@@ -98,25 +98,6 @@ def gather_cpu(src, index, dst):
             dst[row, col] = src[s, col]
 
 
-# ------------------------------------------------------------------ step write
-# dst[t, :] = src[:] for a time-major field flattened to (num_steps, num_envs * feature).
-
-
-@cuda.jit
-def write_step_cuda(dst, t, src):
-    """Write one step ``src`` (flat, num_envs * feature) into row ``t`` of 2-D ``dst``."""
-    i = cuda.grid(1)
-    if i < src.size:
-        dst[t, i] = src[i]
-
-
-@numba.njit(cache=True, nogil=True)
-def write_step_cpu(dst, t, src):
-    """CPU twin of ``write_step_cuda``."""
-    for i in range(src.size):
-        dst[t, i] = src[i]
-
-
 # ------------------------------------------------------------- ring-buffer insert
 # dst[(pos + row) % capacity, col] = src[row, col]: a batch of transitions written behind the
 # write head, wrapping around the end of the ring.

@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
 import torch
 
 from orin_rl.buffers import kernels
@@ -103,12 +102,3 @@ def gather(src: Any, index: Any, dst: Any, device: torch.device) -> None:
         kernels.gather_cuda[grid, block, stream(device)](src, index, dst)
     else:
         kernels.gather_cpu(src, index, dst)
-
-
-def write_step(dst: Any, t: int, src: torch.Tensor) -> None:
-    """dst[t] = src for a 2-D host Numba view ``dst`` (num_steps, num_envs * feature).
-
-    CPU only: on CUDA a torch ``copy_`` of a fresh tensor is faster than converting it to a
-    Numba view for a kernel (GPU.md: 7 µs against 25 + 13 µs), so device buffers copy with torch.
-    """
-    kernels.write_step_cpu(dst, t, np.ascontiguousarray(src.detach().cpu().numpy()).reshape(-1))

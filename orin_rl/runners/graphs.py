@@ -42,7 +42,7 @@ def graph_blocker(env: Any, device: torch.device, target_kl: float | None) -> st
     return None
 
 
-BUFFER_LAUNCHERS = tuple((ops, name) for name in ("write_step", "gae", "gather"))
+BUFFER_LAUNCHERS = tuple((ops, name) for name in ("gae", "gather"))
 """The rollout buffer's kernel launches (Numba: CUDA kernels on torch's stream, ``@njit`` host
 twins on the CPU), recorded as launches by an emulated graph."""
 

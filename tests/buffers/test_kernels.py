@@ -71,28 +71,6 @@ class TestGather:
         np.testing.assert_array_equal(dst, src[index])
 
 
-class TestWriteStep:
-    def test_cpu_twin(self, rng):
-        dst = np.zeros((5, 12), np.float32)
-        src = rng.normal(size=12).astype(np.float32)
-        kernels.write_step_cpu(dst, 3, src)
-        np.testing.assert_array_equal(dst[3], src)
-        assert not dst[[0, 1, 2, 4]].any()
-
-    def test_cuda_kernel(self, rng):
-        dst = np.zeros((4, 300))
-        src = rng.normal(size=300)
-        kernels.write_step_cuda[kernels.blocks_for(300), kernels.THREADS_PER_BLOCK](dst, 1, src)
-        np.testing.assert_array_equal(dst[1], src)
-        assert not dst[[0, 2, 3]].any()
-
-    def test_torch_launcher(self, rng):
-        dst = torch.zeros(3, 4, 2)
-        src = torch.from_numpy(rng.normal(size=(4, 2)).astype(np.float32))
-        ops.write_step(ops.numba_view(dst.view(3, -1)), 2, src)
-        torch.testing.assert_close(dst[2], src)
-
-
 def test_row_kernels_grid_stride_past_the_grid(rng):
     """A grid smaller than the rows (as past 65535 blocks on a GPU) still covers every row."""
     src = rng.normal(size=(300, 5))

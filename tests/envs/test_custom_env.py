@@ -100,6 +100,10 @@ def test_kwargs_and_wrappers_reach_every_env(in_examples):
         (["--set", 'env.wrappers=["goal_seek:Nope"]'], "'goal_seek' has no 'Nope'"),
         (["--set", 'env.wrappers=["no_such_module_xyz:W"]'], "no module 'no_such_module_xyz'"),
         (["--set", "env.wrappers=[nocolon]"], "not a module:Callable name"),
+        (
+            ["--set", 'env.wrappers=[{wrapper: "goal_seek:ScaleReward", kwargs: {nope: 1}}]'],
+            "wrapper goal_seek:ScaleReward: ",
+        ),
         (["--env-kwargs", "[1]"], "--env-kwargs takes a JSON object"),
         (["--env-kwargs", "{size: 5}"], "--env-kwargs is not valid JSON"),
         (["--env-kwargs", '{"bogus": 1}'], "check env.kwargs"),

@@ -7,11 +7,18 @@ from __future__ import annotations
 import os
 import signal
 import threading
+import time
 from types import SimpleNamespace
 
 import pytest
 
 from orin_rl.runtime.robot_run import Terminated, signals_stop
+
+
+def _deliver(sig: int) -> None:
+    """Send ``sig`` to this process and let its handler run (a sleep is interrupted by it)."""
+    os.kill(os.getpid(), sig)
+    time.sleep(0.01)
 
 
 @pytest.mark.parametrize("sig, end, second", [(signal.SIGINT, "interrupted", KeyboardInterrupt),
@@ -25,13 +32,9 @@ def test_a_signal_sets_the_flag_and_a_second_one_raises(sig, end, second):
     lock, seen = threading.Lock(), []
     with pytest.raises(second), signals_stop(robot):
         with lock:
-            os.kill(os.getpid(), sig)
-            for _ in range(1000):  # the handler runs between bytecodes: give it some
-                pass
+            _deliver(sig)
         seen += [robot.signalled, lock.acquire(timeout=1.0)]
-        os.kill(os.getpid(), sig)
-        for _ in range(1000):
-            pass
+        _deliver(sig)
         seen.append("the second signal raised nothing")
     assert seen == [end, True]
     assert signal.getsignal(sig) is before
@@ -43,9 +46,7 @@ def test_no_signal_interrupts_the_damping_latch():
     robot = SimpleNamespace(signalled="interrupted", closing=True)
     try:
         with signals_stop(robot):
-            os.kill(os.getpid(), signal.SIGINT)
-            for _ in range(1000):
-                pass
+            _deliver(signal.SIGINT)
     except KeyboardInterrupt:
         pytest.fail("a Ctrl-C interrupted the damping latch")
     assert robot.signalled == "interrupted"
