@@ -143,6 +143,7 @@ class Runner(Evaluation, ABC):
         self.global_step = 0
         self.time_offset = 0.0  # wall time spent by earlier processes of a resumed run
         self.episode_window: deque[float] = deque(maxlen=100)  # returns behind the mean
+        self.length_window: deque[int] = deque(maxlen=100)  # their lengths (steps)
         self._obs: torch.Tensor | None = None  # the observation the next step acts on
         self._restored_obs: torch.Tensor | None = None
         if state is not None:
@@ -240,8 +241,9 @@ class Runner(Evaluation, ABC):
                         distributed.check_identical(self.policy, self.dist.world_size)
                         self.sync_checks += 1
 
-                    returns, _ = self.env.pop_episode_stats()
+                    returns, lengths = self.env.pop_episode_stats()
                     episode_returns.extend(returns)
+                    self.length_window.extend(lengths)
                     it = self.algo.iteration
                     elapsed = self.time_offset + time.perf_counter() - start
                     record = {
@@ -255,6 +257,8 @@ class Runner(Evaluation, ABC):
                     if episode_returns:
                         record["charts/episode_return_mean"] = statistics.fmean(episode_returns)
                         bar.set_postfix(ret=f"{record['charts/episode_return_mean']:.1f}")
+                    if self.length_window:
+                        record["charts/episode_length_mean"] = statistics.fmean(self.length_window)
                     record.update(self.env.pop_log())  # the task's own scalars (mjlab)
                     record.update(self._memory_stats())
                     evaluated = cfg.train.eval_every and it % cfg.train.eval_every == 0
@@ -372,6 +376,7 @@ class Runner(Evaluation, ABC):
             "task_state": self.env.task_state(),  # curricula, where the episodes are not kept
             "obs": self._obs.cpu() if self._obs is not None else None,
             "episode_window": list(self.episode_window),
+            "length_window": list(self.length_window),
             "solved_streak": self.solved_streak,
             "world_size": self.dist.world_size,
             "num_agents": self.num_agents,
@@ -400,6 +405,7 @@ class Runner(Evaluation, ABC):
             run_folder.repair_metrics(self.run_dir, self.algo.iteration)
         self.solved_streak = int(state.get("solved_streak", 0))
         self.episode_window.extend(state.get("episode_window", []))
+        self.length_window.extend(state.get("length_window", []))
         env_state = state.get("env_state")
         if (
             env_state is not None

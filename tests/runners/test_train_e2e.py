@@ -43,6 +43,12 @@ def test_cartpole_solves_from_defaults(tmp_path):
     assert state["global_step"] == summary["total_steps"]
     records = read_metrics(run / "metrics.jsonl")
     assert records and all("losses/policy" in r and "steps_per_s" in r for r in records)
+    # CartPole pays 1 a step: each episode's return is its length, so the two windows' means
+    # (the last 100 episodes each) are the same number wherever episodes have ended
+    ended = [r for r in records if "charts/episode_return_mean" in r]
+    assert ended and all(
+        r["charts/episode_length_mean"] == r["charts/episode_return_mean"] for r in ended
+    )
     assert "solved" in out
 
 
