@@ -166,15 +166,14 @@ def _drive(args: argparse.Namespace, loop: dict) -> dict:
 
 def _print_robot_summary(report: dict, args: argparse.Namespace) -> None:
     lat = report["latency_us"]
-    error = report["tracking_error"]
     print(f"backend      {report['backend']} on {report['plant']} at {report['rate_hz']:g} Hz")
     print(f"ticks        {report['ticks']} of {args.steps}; safety {report['safety_mode']}")
     print(
         f"latency µs   p50 {lat['p50']:.1f}  p99 {lat['p99']:.1f}  max {lat['max']:.1f}; "
         f"{report['deadline_misses']} deadline misses"
     )
-    tracking = "no velocity source" if error is None else f"{error:.3f} m/s (xy velocity)"
-    print(f"falls        {report['falls']}; tracking error {tracking}")
+    print(f"falls        {report['falls']}; tracking error {tracking_text(report)}")
+    print(f"measured     {measured_text(report)}")
     if "ros2_domain" in report:
         print(f"ros 2        domain {report['ros2_domain']}, namespace "
               f"{report['ros2_namespace']}: cmd_vel in; joint_states, imu, diagnostics "
@@ -190,6 +189,37 @@ def _print_robot_summary(report: dict, args: argparse.Namespace) -> None:
             "hint         stopped before the stand-up: set the robot upright and still on its "
             "gantry (a twin is back in its start pose 1 s after a run), then run again"
         )
+
+
+NO_VELOCITY = (
+    "no velocity source: nothing publishes rt/sportmodestate (a G1 in low-level mode does not)"
+)
+"""The summary's words where the run measured no base velocity."""
+
+
+def tracking_text(report: dict) -> str:
+    """The tracking errors of the summary: xy from the velocity source, yaw from the IMU."""
+    xy, yaw = report.get("tracking_error_xy"), report.get("tracking_error_yaw")
+    if report.get("velocity_source") is None:
+        xy_text = f"xy - ({NO_VELOCITY})"
+    else:
+        xy_text = f"xy {_num(xy, 'm/s')} ({report['velocity_source']})"
+    return f"{xy_text}, yaw {_num(yaw, 'rad/s')} (IMU)"
+
+
+def measured_text(report: dict) -> str:
+    """The measured means of the summary: forward, lateral (heading frame), yaw rate (IMU)."""
+    if report.get("velocity_source") is None:
+        velocity = "velocity -"
+    else:
+        forward, lateral = report["forward_velocity"], report["lateral_velocity"]
+        velocity = (f"forward {_num(forward, 'm/s')}, lateral {_num(lateral, 'm/s')} "
+                    f"({report['velocity_source']})")  # fmt: skip
+    return f"{velocity}; yaw rate {_num(report.get('yaw_rate'), 'rad/s')} (IMU)"
+
+
+def _num(value: float | None, unit: str) -> str:
+    return "-" if value is None else f"{value:.3f} {unit}"
 
 
 class StatusPrinter:
@@ -232,12 +262,15 @@ class StatusPrinter:
 
 
 def status_line(s: dict) -> str:
-    """mode, tick, commanded and measured velocity, tilt, p99 latency, misses."""
+    """mode, tick, commanded velocity, measured velocity (forward, lateral: '-' without a
+    source) and yaw rate (IMU), tilt, p99 latency, misses."""
 
     def vec(v):
         return "-" if v is None else " ".join(f"{x:+.2f}" for x in v)
 
     tilt = "-" if s["tilt"] is None else f"{s['tilt']:.2f} rad"
     p99 = "-" if s["p99_us"] is None else f"{s['p99_us']:.0f} µs"
+    yaw = "-" if s.get("yaw_rate") is None else f"{s['yaw_rate']:+.2f}"
     return (f"{s['mode']:<8} tick {s['tick']:>6}  cmd {vec(s['command'])}  vel "
-            f"{vec(s['velocity'])}  tilt {tilt}  p99 {p99}  misses {s['misses']}")  # fmt: skip
+            f"{vec(s['velocity'])}  yaw {yaw}  tilt {tilt}  p99 {p99}  "
+            f"misses {s['misses']}")  # fmt: skip

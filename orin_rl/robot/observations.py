@@ -58,6 +58,35 @@ def tilt(quaternion: np.ndarray) -> float:
     return float(np.arccos(np.clip(-projected_gravity(quaternion)[2], -1.0, 1.0)))
 
 
+# What a run measures (never a policy input): the base's motion in the frames a velocity
+# command means, as Isaac Lab's tracking terms read them: x, y in the heading frame (the base's
+# yaw alone, so a pitched or rolled base still reads its ground speed), z rate in the world.
+
+
+def heading(quaternion: np.ndarray) -> float:
+    """The base's yaw (rad) from orientation ``quaternion`` (w, x, y, z): the world angle of
+    its x axis projected on the ground."""
+    w, x, y, z = np.asarray(quaternion, dtype=np.float64) / np.linalg.norm(quaternion)
+    return float(np.arctan2(2.0 * (w * z + x * y), 1.0 - 2.0 * (y * y + z * z)))
+
+
+def heading_velocity(quaternion: np.ndarray, velocity_w: np.ndarray) -> np.ndarray:
+    """(forward, lateral) of the world-frame ``velocity_w`` in the base's heading frame:
+    the world xy rotated by −yaw."""
+    yaw = heading(quaternion)
+    c, s = np.cos(yaw), np.sin(yaw)
+    vx, vy = float(velocity_w[0]), float(velocity_w[1])
+    return np.array([c * vx + s * vy, -s * vx + c * vy])
+
+
+def yaw_rate(quaternion: np.ndarray, gyro: np.ndarray) -> float:
+    """The world-frame z angular velocity (rad/s) from a body-frame gyro: (R·ω)_z, R the
+    base's orientation (w, x, y, z); the third row of R dotted with ω."""
+    w, x, y, z = np.asarray(quaternion, dtype=np.float64) / np.linalg.norm(quaternion)
+    row = np.array([2.0 * (x * z - w * y), 2.0 * (y * z + w * x), 1.0 - 2.0 * (x * x + y * y)])
+    return float(row @ np.asarray(gyro, dtype=np.float64))
+
+
 class ObservationBuilder:
     """Builds the policy's input from a ``RobotState``, the command and the last action.
 

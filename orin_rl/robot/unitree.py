@@ -1,13 +1,21 @@
 """A Unitree robot on its own wire (SDK2 over DDS) as the control loop's plant.
 
-``orin-rl run --model BUNDLE --plant unitree-g1``: the plant subscribes ``rt/lowstate`` (and
-``rt/sportmodestate`` where the policy reads the base's velocity), and a command thread
-publishes ``rt/lowcmd`` at 500 Hz on accumulated deadlines, each command carrying Unitree's
-CRC, the contract's gains and the safety machine's targets (``safety``). The control loop
-(``runtime.loop``) runs the policy at the contract's period: ``sensor`` builds the policy's
-input from the newest state (``observations``), ``actuate`` hands the action to the safety
-machine. The robot's built-in motion service must be released first (Unitree's app or
-``MotionSwitcherClient.ReleaseMode()``); against ``orin-rl sim-robot`` there is none.
+``orin-rl run --model BUNDLE --plant unitree-g1``: the plant subscribes ``rt/lowstate`` and
+``rt/sportmodestate``, and a command thread publishes ``rt/lowcmd`` at 500 Hz on accumulated
+deadlines, each command carrying Unitree's CRC, the contract's gains and the safety machine's
+targets (``safety``). The control loop (``runtime.loop``) runs the policy at the contract's
+period: ``sensor`` builds the policy's input from the newest state (``observations``),
+``actuate`` hands the action to the safety machine. The robot's built-in motion service must
+be released first (Unitree's app or ``MotionSwitcherClient.ReleaseMode()``); against
+``orin-rl sim-robot`` there is none.
+
+What the run measures is never a policy input it was not trained on: ``rt/sportmodestate``
+(the base's world-frame velocity, which the twin and Unitree's MuJoCo bridge publish and a G1
+in low-level mode does not) feeds ``base_lin_vel`` only to a policy whose contract reads it;
+for every policy it gives the report's and the status line's forward and lateral velocity
+(heading frame) and their tracking error, where it is published. The yaw rate comes from the
+IMU on every robot: the gyro is body-frame, so it is rotated by the IMU's quaternion to the
+world's z (``observations.yaw_rate``).
 
 The robot's remote arrives in every state (``wireless_remote``, ``remote``): its stop
 combination latches damping in any mode; with ``remote=True`` its combinations also stand the
@@ -33,9 +41,11 @@ from orin_rl.robot.contract import DeployContract
 from orin_rl.robot.crc import hg_lowcmd_crc_of
 from orin_rl.robot.observations import (
     ObservationBuilder,
+    heading_velocity,
     state_from_motors,
     tilt,
     world_to_body,
+    yaw_rate,
 )
 from orin_rl.robot.remote import COMBOS, RemoteState, StickCommand, clamp, decode
 from orin_rl.robot.robots import ROBOTS, RobotSpec
@@ -153,11 +163,10 @@ class UnitreePlant:
         self.participant = participant(domain, interface)
         self.state_in = Endpoint(self.participant, msgs.LOWSTATE, msgs.HgLowState, "reader")
         self.cmd_out = Endpoint(self.participant, msgs.LOWCMD, msgs.HgLowCmd, "writer")
-        self.sport_in = (
-            Endpoint(self.participant, msgs.SPORTSTATE, msgs.GoSportModeState, "reader")
-            if self.needs_velocity
-            else None
-        )
+        # read whenever published: the policy's base_lin_vel where it has one, the report's
+        # measured velocity always
+        self.sport_in = Endpoint(self.participant, msgs.SPORTSTATE, msgs.GoSportModeState,
+                                 "reader")  # fmt: skip
         self._lock = threading.Lock()
         self._state: dict[str, np.ndarray] | None = None
         self._velocity_w: np.ndarray | None = None
@@ -167,9 +176,8 @@ class UnitreePlant:
         self._frozen = False  # start froze the heap out of collections; close thaws it
         self._t0 = time.monotonic()
         self.counts = {"states": 0, "commands": 0, "ticks": 0}
-        self._errors: list[float] = []
         self._command_range: tuple[np.ndarray, np.ndarray] | None = None
-        self._speeds: list[float] = []
+        self.tracking = Tracking(contract.commands.get("terms", []))
         self.description = {"plant": self.spec.name, "dds_domain": domain,
                             "dds_interface": interface or "default"}  # fmt: skip
 
@@ -372,27 +380,27 @@ class UnitreePlant:
         with self._lock:
             state, velocity_w = self._state, self._velocity_w
         quat = state["imu_state.quaternion"].astype(np.float64)
-        velocity = None if velocity_w is None else world_to_body(quat, velocity_w)
+        gyro = state["imu_state.gyroscope"]
+        # base_lin_vel only for a policy that reads it (its contract's term); measured for all
+        velocity = None
+        if self.needs_velocity and velocity_w is not None:
+            velocity = world_to_body(quat, velocity_w)
         robot = state_from_motors(
-            quat,
-            state["imu_state.gyroscope"],
-            state["motor_state[].q"],
-            state["motor_state[].dq"],
-            self.motor_index,
+            quat, gyro, state["motor_state[].q"], state["motor_state[].dq"], self.motor_index,
             velocity,
-        )
+        )  # fmt: skip
         command = clamp(self._command(), self.ranges)
         if self.machine.mode is Mode.POLICY:
-            self._track(command, velocity)
+            self._track(command, quat, gyro, velocity_w)
         return self.builder.build(robot, command)[None]
 
-    def _track(self, command: np.ndarray, velocity: np.ndarray | None) -> None:
-        """The report's figures of a policy tick: the commands' range, the tracking error."""
+    def _track(self, command: np.ndarray, quat: np.ndarray, gyro: np.ndarray,
+               velocity_w: np.ndarray | None) -> None:  # fmt: skip
+        """The report's figures of a policy tick: the commands' range, the measured motion."""
         low, high = (command, command) if self._command_range is None else self._command_range
         self._command_range = (np.minimum(low, command), np.maximum(high, command))
-        if velocity is not None and len(command) >= 2:
-            self._errors.append(float(np.linalg.norm(command[:2] - velocity[:2])))
-            self._speeds.append(float(velocity[0]))
+        velocity = None if velocity_w is None else heading_velocity(quat, velocity_w)
+        self.tracking.add(command, velocity, yaw_rate(quat, gyro))
 
     def _command(self) -> np.ndarray:
         if self.sticks is not None:
@@ -400,18 +408,20 @@ class UnitreePlant:
         return self.command.at(time.monotonic() - self._t0)
 
     def status(self) -> dict[str, Any]:
-        """What the operator sees live: mode, phase, tick, command, velocity and tilt."""
+        """What the operator sees live: mode, phase, tick, command, measured velocity
+        (forward, lateral; None without ``rt/sportmodestate``), yaw rate (IMU) and tilt."""
         with self._lock:
             state, velocity_w = self._state, self._velocity_w
         out: dict[str, Any] = {"mode": self.machine.mode.value, "phase": self.phase,
                                "tick": self.counts["ticks"], "command": None,
-                               "velocity": None, "tilt": None}  # fmt: skip
+                               "velocity": None, "yaw_rate": None, "tilt": None}  # fmt: skip
         if state is not None:
             quat = state["imu_state.quaternion"].astype(np.float64)
             out["tilt"] = tilt(quat)
             out["command"] = clamp(self._command(), self.ranges).tolist()
-            if velocity_w is not None:
-                out["velocity"] = world_to_body(quat, velocity_w).tolist()
+            out["yaw_rate"] = yaw_rate(quat, state["imu_state.gyroscope"])
+            if velocity_w is not None:  # (forward, lateral), heading frame
+                out["velocity"] = heading_velocity(quat, velocity_w).tolist()
         return out
 
     def actuate(self, action: np.ndarray) -> None:
@@ -434,14 +444,67 @@ class UnitreePlant:
             **self.description,
             "ticks": self.counts["ticks"],
             "falls": falls,
-            "tracking_error": float(np.mean(self._errors)) if self._errors else None,
-            "forward_velocity": float(np.mean(self._speeds)) if self._speeds else None,
+            **self.tracking.report(),
             "command_range": None  # [min, max] of each command over the policy's ticks
             if self._command_range is None
             else [r.tolist() for r in self._command_range],
             "state_messages": self.counts["states"],
             "command_messages": self.counts["commands"],
             **self.machine.report(),
+        }
+
+
+VELOCITY_SOURCE = "rt/sportmodestate"
+"""Where the measured base velocity comes from (the report's ``velocity_source``)."""
+YAW_RATE_SOURCE = "imu"
+"""Where the measured yaw rate comes from: the IMU's gyro rotated to the world's z."""
+
+
+class Tracking:
+    """The policy ticks' measured motion against their command, as running sums: forward and
+    lateral velocity (heading frame, from ``rt/sportmodestate`` where published), the yaw rate
+    (IMU, world z), and the mean tracking errors |command_xy − v_xy| (m/s) and
+    |command_wz − ω_z| (rad/s). The command's terms are found by name (``lin_vel_x``,
+    ``lin_vel_y``, ``ang_vel_z``; by position 0, 1, 2 where the contract names none)."""
+
+    def __init__(self, terms: list[str]):
+        names = list(terms) or ["lin_vel_x", "lin_vel_y", "ang_vel_z"]
+        self.xy = (names.index("lin_vel_x"), names.index("lin_vel_y")) if {
+            "lin_vel_x", "lin_vel_y"} <= set(names) else None  # fmt: skip
+        self.wz = names.index("ang_vel_z") if "ang_vel_z" in names else None
+        self.ticks = self.velocity_ticks = 0
+        self.sums = dict.fromkeys(("forward", "lateral", "yaw_rate", "error_xy", "error_yaw"), 0.0)
+
+    def add(self, command: np.ndarray, velocity: np.ndarray | None, wz: float) -> None:
+        """One tick: the command, (forward, lateral) or None, the world yaw rate."""
+        self.ticks += 1
+        self.sums["yaw_rate"] += wz
+        if self.wz is not None and self.wz < len(command):
+            self.sums["error_yaw"] += abs(float(command[self.wz]) - wz)
+        if velocity is None:
+            return
+        self.velocity_ticks += 1
+        self.sums["forward"] += float(velocity[0])
+        self.sums["lateral"] += float(velocity[1])
+        if self.xy is not None and max(self.xy) < len(command):
+            error = np.hypot(command[self.xy[0]] - velocity[0], command[self.xy[1]] - velocity[1])
+            self.sums["error_xy"] += float(error)
+
+    def report(self) -> dict[str, Any]:
+        """Means over the policy ticks (None where nothing was measured)."""
+
+        def mean(key: str, n: int, usable: bool = True) -> float | None:
+            return self.sums[key] / n if n and usable else None
+
+        n, nv = self.ticks, self.velocity_ticks
+        return {
+            "velocity_source": VELOCITY_SOURCE if nv else None,
+            "yaw_rate_source": YAW_RATE_SOURCE if n else None,
+            "forward_velocity": mean("forward", nv),
+            "lateral_velocity": mean("lateral", nv),
+            "yaw_rate": mean("yaw_rate", n),
+            "tracking_error_xy": mean("error_xy", nv, self.xy is not None),
+            "tracking_error_yaw": mean("error_yaw", n, self.wz is not None),
         }
 
 

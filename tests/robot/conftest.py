@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 G1 = "Mjlab-Velocity-Flat-Unitree-G1"
+REAL_G1 = "Orin-Velocity-Flat-Unitree-G1-Real"
 
 
 def require_mjlab() -> None:
@@ -43,18 +44,30 @@ def robot_priority():
     os.setpriority(os.PRIO_PROCESS, 0, before)
 
 
-@pytest.fixture(scope="session")
-def g1_contract() -> dict:
-    """``policy.json``'s ``deploy`` for the G1 velocity task (its training configuration)."""
+def _contract(task: str) -> dict:
+    """``policy.json``'s ``deploy`` for ``task`` (its training configuration)."""
     require_mjlab()
     from orin_rl.envs.base import EnvOptions
     from orin_rl.envs.mjlab import MjlabVecEnv
 
-    vec = MjlabVecEnv(G1, 1, "cpu", EnvOptions(seed=0))
+    vec = MjlabVecEnv(task, 1, "cpu", EnvOptions(seed=0))
     try:
         return vec.deploy_contract()
     finally:
         vec.close()
+
+
+@pytest.fixture(scope="session")
+def g1_contract() -> dict:
+    """``policy.json``'s ``deploy`` for the G1 velocity task (its training configuration)."""
+    return _contract(G1)
+
+
+@pytest.fixture(scope="session")
+def real_contract() -> dict:
+    """``policy.json``'s ``deploy`` for ``Orin-Velocity-Flat-Unitree-G1-Real`` (its actor reads
+    no ``base_lin_vel``)."""
+    return _contract(REAL_G1)
 
 
 def linear_bundle(folder: Path, contract: dict, weight: float = 0.0, bias=None) -> Path:
@@ -106,7 +119,8 @@ class StandIn(threading.Thread):
     """A robot on the wire without physics: publishes LowState_ at 500 Hz (with
     ``mode_machine``: 0 a simulator, 5 a real G1 29-DoF) and ``rt/sportmodestate`` where
     ``sport``; its joints go where the last command with stiffness put them; records the kp of
-    each command it takes."""
+    each command it takes. ``quat``, ``gyro`` (body frame) and ``velocity`` (world frame, on
+    ``rt/sportmodestate``) are what it reports: set them to move it."""
 
     def __init__(self, domain: int, contract, tilt: float = 0.0, mode_machine: int = 0,
                  sport: bool = True):  # fmt: skip
@@ -117,7 +131,9 @@ class StandIn(threading.Thread):
         self.dp = participant(domain, "lo")
         self.out = Endpoint(self.dp, msgs.LOWSTATE, msgs.HgLowState, "writer")
         self.sport = Endpoint(self.dp, msgs.SPORTSTATE, msgs.GoSportModeState, "writer")
-        self.sport_bytes = bytes(Layout(msgs.GoSportModeState).encode({})) if sport else None
+        self.sport_layout = Layout(msgs.GoSportModeState) if sport else None
+        self.velocity = np.zeros(3)
+        self.gyro = np.zeros(3)
         self.mode_machine = mode_machine
         self.cmd = Endpoint(self.dp, msgs.LOWCMD, msgs.HgLowCmd, "reader")
         self.state_layout, self.cmd_layout = Layout(msgs.HgLowState), Layout(msgs.HgLowCmd)
@@ -140,9 +156,10 @@ class StandIn(threading.Thread):
                 self.q[stiff] = c["motor_cmd[].q"][stiff]
             if self.publishing:
                 self.out.write(self.state_layout.encode(
-                    {"imu_state.quaternion": self.quat, "motor_state[].q": self.q,
+                    {"imu_state.quaternion": self.quat, "imu_state.gyroscope": self.gyro,
+                     "motor_state[].q": self.q,
                      "wireless_remote": np.frombuffer(self.remote, np.uint8),
                      "mode_machine": self.mode_machine}))  # fmt: skip
-                if self.sport_bytes is not None:
-                    self.sport.write(self.sport_bytes)  # standing still
+                if self.sport_layout is not None:
+                    self.sport.write(self.sport_layout.encode({"velocity": self.velocity}))
             time.sleep(0.002)

@@ -247,15 +247,19 @@ def test_a_robot_flag_without_a_plant_is_refused(capsys):
 
 
 def test_the_status_line_shows_what_the_operator_needs():
-    """mode, tick, commanded and measured velocity, tilt, p99 latency and misses."""
+    """mode, tick, commanded velocity, measured velocity (forward, lateral: '-' without a
+    source) and yaw rate (the IMU's, always), tilt, p99 latency and misses."""
     from orin_rl.cli.run import status_line
 
-    line = status_line({"mode": "policy", "tick": 412, "command": [0.5, 0.0, -0.25],
-                        "velocity": np.array([0.48, 0.01, -0.2]), "tilt": 0.031,
-                        "p99_us": 721.4, "misses": 2})  # fmt: skip
-    for part in ("policy", "412", "+0.50 +0.00 -0.25", "+0.48", "0.03 rad", "721 µs",
-                 "misses 2"):  # fmt: skip
+    status = {"mode": "policy", "tick": 412, "command": [0.5, 0.0, -0.25],
+              "velocity": np.array([0.48, 0.01]), "yaw_rate": -0.2, "tilt": 0.031,
+              "p99_us": 721.4, "misses": 2}  # fmt: skip
+    line = status_line(status)
+    for part in ("policy", "412", "cmd +0.50 +0.00 -0.25", "vel +0.48 +0.01", "yaw -0.20",
+                 "0.03 rad", "721 µs", "misses 2"):  # fmt: skip
         assert part in line, line
+    line = status_line({**status, "velocity": None})
+    assert "vel -  yaw -0.20" in line, line
 
 
 class _Terminal(io.StringIO):

@@ -14,30 +14,14 @@ import pytest
 
 from orin_rl.robot import RobotError
 from orin_rl.robot.contract import DeployContract
-from tests.robot.conftest import StandIn, linear_bundle, require_dds, require_mjlab
-
-REAL_G1 = "Orin-Velocity-Flat-Unitree-G1-Real"
-
-
-@pytest.fixture(scope="module")
-def real_contract() -> dict:
-    """``policy.json``'s ``deploy`` for ``Orin-Velocity-Flat-Unitree-G1-Real``."""
-    require_mjlab()
-    from orin_rl.envs.base import EnvOptions
-    from orin_rl.envs.mjlab import MjlabVecEnv
-
-    vec = MjlabVecEnv(REAL_G1, 1, "cpu", EnvOptions(seed=0))
-    try:
-        return vec.deploy_contract()
-    finally:
-        vec.close()
+from tests.robot.conftest import REAL_G1, StandIn, linear_bundle, require_dds
 
 
 def test_the_real_g1_contract_reads_only_what_a_g1_reports_and_mjlabs_g1_does_not(
     real_contract, g1_contract
 ):
-    """Every term of the new task's actor has a source a real G1 reports, so the plant
-    subscribes no ``rt/sportmodestate``; mjlab's G1 reads ``base_lin_vel``, refused on a real
+    """Every term of the new task's actor has a source a real G1 reports, so the policy
+    needs no ``rt/sportmodestate``; mjlab's G1 reads ``base_lin_vel``, refused on a real
     robot in one line naming the term and the task to train (mutation: ``base_lin_vel`` in
     ``ROBOT_REPORTS``: mjlab's G1 passes as a real robot's policy)."""
     real = DeployContract.from_dict(real_contract)
@@ -101,8 +85,8 @@ def test_the_twin_runs_mjlabs_g1_with_a_warning_and_a_g1_runs_the_real_task(
 ):
     """A simulator (``mode_machine`` 0, publishing the velocity) stands mjlab's G1 policy up
     with a warning naming ``base_lin_vel`` (mutation: the warning dropped); a real G1 with
-    no ``rt/sportmodestate`` stands the new task's policy up, the plant subscribing no
-    ``rt/sportmodestate``."""
+    no ``rt/sportmodestate`` stands the new task's policy up, the plant waiting for no
+    velocity and reporting none measured."""
     require_dds()
     from orin_rl.robot.safety import Mode, SafetyConfig
     from orin_rl.robot.unitree import UnitreePlant
@@ -126,4 +110,5 @@ def test_the_twin_runs_mjlabs_g1_with_a_warning_and_a_g1_runs_the_real_task(
         if sport:
             assert len(warned) == 1 and REAL_G1 in warned[0], caplog.records
         else:
-            assert plant.sport_in is None and warned == []
+            assert not plant.needs_velocity and warned == []
+            assert plant.report()["velocity_source"] is None

@@ -129,3 +129,93 @@ def test_a_non_finite_model_output_stops_the_robot(g1_contract, tmp_path):
     assert report["transitions"][-1]["cause"].startswith("non-finite"), [
         t["cause"] for t in report["transitions"]
     ]
+
+
+def _rotation(roll: float, pitch: float, yaw: float) -> tuple[np.ndarray, np.ndarray]:
+    """R = Rz(yaw)·Ry(pitch)·Rx(roll) and its quaternion (w, x, y, z) = qz ⊗ qy ⊗ qx."""
+    cr, sr, cp, sp, cy, sy = (f(a) for a in (roll, pitch, yaw) for f in (np.cos, np.sin))
+    rx = np.array([[1, 0, 0], [0, cr, -sr], [0, sr, cr]])
+    ry = np.array([[cp, 0, sp], [0, 1, 0], [-sp, 0, cp]])
+    rz = np.array([[cy, -sy, 0], [sy, cy, 0], [0, 0, 1]])
+    hr, hp, hy = roll / 2, pitch / 2, yaw / 2
+    quat = np.array([
+        np.cos(hr) * np.cos(hp) * np.cos(hy) + np.sin(hr) * np.sin(hp) * np.sin(hy),
+        np.sin(hr) * np.cos(hp) * np.cos(hy) - np.cos(hr) * np.sin(hp) * np.sin(hy),
+        np.cos(hr) * np.sin(hp) * np.cos(hy) + np.sin(hr) * np.cos(hp) * np.sin(hy),
+        np.cos(hr) * np.cos(hp) * np.sin(hy) - np.sin(hr) * np.sin(hp) * np.cos(hy),
+    ])  # fmt: skip
+    return rz @ ry @ rx, quat
+
+
+def test_the_plant_measures_yaw_rate_from_the_imu_and_velocity_where_published(real_contract):
+    """A policy without ``base_lin_vel`` (``Orin-Velocity-Flat-Unitree-G1-Real``) on a robot
+    rolled 0.2, pitched 0.3, headed 0.7 rad, turning at 0.3 rad/s about the world's z (its gyro
+    reads that in its own frame) and moving 0.4 m/s forward, 0.1 left in its heading frame
+    (0.05 up), commanded (0.5, 0, 0.5). Where ``rt/sportmodestate`` is published (a twin) the
+    report has the forward and lateral velocity from it, the yaw rate from the IMU, and both
+    tracking errors (hypot(0.1, 0.1) and 0.2); where it is not (a G1 in low-level mode) it says
+    so (no velocity source, velocity None) and still has the yaw rate. The policy's input is
+    the same 96 values either way (mutations: the gyro's own z as the yaw rate: 0.300 → 0.298; the
+    sportmodestate read only for a policy that reads base_lin_vel, as before: no velocity)."""
+    from orin_rl.robot.unitree import CommandSource
+
+    contract = DeployContract.from_dict(real_contract)
+    assert not any(t.source == "base_lin_vel" for t in contract.observations)
+    rotation, quat = _rotation(0.2, 0.3, 0.7)
+    omega_w = np.array([0.05, -0.02, 0.3])
+    heading = _rotation(0.0, 0.0, 0.7)[0]
+    velocity_w = heading @ np.array([0.4, 0.1, 0.05])
+    reports, inputs, status = {}, {}, {}
+    zero = np.zeros((1, contract.num_joints), np.float32)
+    for domain, sport in ((47, True), (48, False)):
+        robot = StandIn(domain, contract, sport=sport)
+        robot.quat, robot.gyro, robot.velocity = quat, rotation.T @ omega_w, velocity_w
+        robot.start()
+        plant = UnitreePlant(contract, domain=domain, interface="lo",
+                             command=CommandSource(value=np.array([0.5, 0.0, 0.5])),
+                             safety=SafetyConfig(stand_s=0.2, late_factor=5.0))  # fmt: skip
+        try:
+            plant.start(wait_s=5.0)
+            assert plant.machine.mode is Mode.POLICY, plant.machine.transitions
+            result = _loop(plant, lambda obs: zero, 20)
+            assert result.iterations == 20
+            inputs[sport] = plant.sensor()
+            status[sport] = plant.status()
+        finally:
+            plant.close()
+            robot.running = False
+        reports[sport] = plant.report()
+    for sport, report in reports.items():
+        assert report["yaw_rate_source"] == "imu"
+        assert report["yaw_rate"] == pytest.approx(0.3, abs=1e-5), report
+        assert report["tracking_error_yaw"] == pytest.approx(0.2, abs=1e-5), report
+        assert status[sport]["yaw_rate"] == pytest.approx(0.3, abs=1e-5)
+    seen = reports[True]
+    assert seen["velocity_source"] == "rt/sportmodestate"
+    assert seen["forward_velocity"] == pytest.approx(0.4, abs=1e-5), seen
+    assert seen["lateral_velocity"] == pytest.approx(0.1, abs=1e-5), seen
+    assert seen["tracking_error_xy"] == pytest.approx(np.hypot(0.1, 0.1), abs=1e-5), seen
+    assert status[True]["velocity"] == pytest.approx([0.4, 0.1], abs=1e-5)
+    unseen = reports[False]
+    assert unseen["velocity_source"] is None and status[False]["velocity"] is None
+    assert unseen["forward_velocity"] is None and unseen["tracking_error_xy"] is None
+    assert inputs[True].shape == (1, 96)
+    np.testing.assert_array_equal(inputs[True], inputs[False])
+
+
+def test_the_summary_names_the_velocity_source_and_the_imus_yaw_rate():
+    """The run's summary lines: the xy error with its source, or the words saying there is
+    none (a G1 in low-level mode), and the yaw error and rate from the IMU either way."""
+    from orin_rl.cli.run import NO_VELOCITY, measured_text, tracking_text
+
+    report = {"velocity_source": "rt/sportmodestate", "tracking_error_xy": 0.1414,
+              "tracking_error_yaw": 0.2, "forward_velocity": 0.4, "lateral_velocity": 0.1,
+              "yaw_rate": 0.3}  # fmt: skip
+    assert tracking_text(report) == "xy 0.141 m/s (rt/sportmodestate), yaw 0.200 rad/s (IMU)"
+    assert measured_text(report) == (
+        "forward 0.400 m/s, lateral 0.100 m/s (rt/sportmodestate); yaw rate 0.300 rad/s (IMU)"
+    )
+    none = {**report, "velocity_source": None, "tracking_error_xy": None,
+            "forward_velocity": None, "lateral_velocity": None}  # fmt: skip
+    assert tracking_text(none) == f"xy - ({NO_VELOCITY}), yaw 0.200 rad/s (IMU)"
+    assert measured_text(none) == "velocity -; yaw rate 0.300 rad/s (IMU)"
