@@ -29,6 +29,17 @@ def _peers(text: str) -> list[str]:
     return peers
 
 
+def _push(text: str):
+    """``--push AT_S,FORCE_N[,DURATION_S]``: a ``twin.Push``."""
+    from orin_rl.robot import RobotError
+    from orin_rl.robot.twin import Push
+
+    try:
+        return Push.parse(text)
+    except RobotError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _dds_flags(p: argparse._ActionsContainer, default_domain: int) -> None:
     p.add_argument("--dds-domain", type=_int_type(0, 232), default=default_domain,
                    help="DDS domain id (Unitree's robots: 0; their MuJoCo twin: 1)")  # fmt: skip
@@ -125,9 +136,21 @@ def sim_robot_flags(p: argparse.ArgumentParser) -> None:
         '"R1+X"}, {"t": 6, "ly": 0.5}] (default: an idle remote)',
     )
     p.add_argument(
+        "--push",
+        type=_push,
+        action="append",
+        default=[],
+        metavar="AT_S,FORCE_N[,DURATION_S]",
+        help="push the pelvis sideways: FORCE_N newtons to the robot's left (negative: right; "
+        "its heading at the push) for DURATION_S seconds (default 0.15), AT_S seconds after "
+        "each run's first command (--remote-script's clock); repeatable. The G1's 33.3 kg "
+        "take 110 N for 0.15 s as 0.5 m/s, the largest push of mjlab's training",
+    )
+    p.add_argument(
         "--report",
         type=Path,
-        help="write the twin's JSON report here on exit (default: not written)",
+        help="write the twin's JSON report here on exit: counts, falls, each push, and each "
+        "run's base series every 20 ms (default: not written)",
     )
 
 

@@ -23,8 +23,14 @@ def cmd_sim_robot(args: argparse.Namespace) -> int:
         hold_s=args.hold_s,
         tilt0=args.tilt,
         remote=script,
+        pushes=args.push,
+        series_every_s=0.02 if args.report else None,  # the base's series: for the report
     )
     remote = f", remote script {args.remote_script}" if script else ""
+    for push in args.push:
+        remote += (f"; push {push.force_n:g} N for {push.duration_s:g} s at {push.at_s:g} s "
+                   f"(Δv {push.force_n * push.duration_s / twin.mass:+.2f} m/s on "
+                   f"{twin.mass:.1f} kg)")  # fmt: skip
     print(
         f"sim-robot    unitree-{args.robot} on DDS domain {args.dds_domain} "
         f"({args.dds_interface or 'default interface'}), physics {args.physics_dt * 1e3:g} ms"
@@ -40,4 +46,11 @@ def cmd_sim_robot(args: argparse.Namespace) -> int:
         f"({report['bad_crc']} with a bad CRC), {report['states']} states, "
         f"{report['falls']} falls, {report['late_steps']} late steps"
     )
+    for push in report["pushes"]:
+        fell = {True: "fell", False: "no fall", None: "not watched"}[push["fell"]]
+        dv = "-" if push["base_dv"] is None else f"{push['base_dv']:+.2f}"
+        print(f"sim-robot    push at {push['at_s']:.2f} s of run {push['run']}: "
+              f"{push['force_n']:g} N for {push['duration_s']:g} s, base Δv {dv} m/s "
+              f"(impulse/mass {push['expected_dv']:+.2f}); {fell} within "
+              f"{push['fell_within_s']:g} s")  # fmt: skip
     return 0

@@ -98,6 +98,19 @@ def stick_to_range(value: float, low: float, high: float, deadzone: float) -> fl
     return low + (s + 1.0) / 2.0 * (high - low)  # a range without zero: the stick spans it
 
 
+def range_to_stick(value: float, low: float, high: float, deadzone: float) -> float:
+    """``stick_to_range``'s inverse: the stick in [-1, 1] that gives ``value``; a value outside
+    [low, high] is a one-line error naming the range."""
+    if not low <= value <= high:
+        raise RobotError(f"{value:g} is outside the command range [{low:g}, {high:g}]: no stick "
+                         "gives it")  # fmt: skip
+    if low <= 0.0 <= high:  # forward → high, back → low
+        s = value / high if value > 0 else (-value / low if value < 0 else 0.0)
+    else:
+        s = 2.0 * (value - low) / (high - low) - 1.0
+    return float(np.sign(s) * (deadzone + abs(s) * (1.0 - deadzone))) if s else 0.0
+
+
 def clamp(command: np.ndarray, ranges: list[list[float]]) -> np.ndarray:
     """The command clipped into the contract's ranges (unchanged where there are none)."""
     if not ranges:
@@ -128,6 +141,13 @@ class StickCommand:
         axes = (state.ly, -state.lx, -state.rx)
         return np.array([stick_to_range(a, lo, hi, self.deadzone)
                          for a, (lo, hi) in zip(axes, self.ranges, strict=True)])  # fmt: skip
+
+    def sticks_for(self, command: list[float] | np.ndarray) -> dict[str, float]:
+        """``of``'s inverse: the sticks (``ly``, ``lx``, ``rx``) that give ``command``
+        (forward, left, turn left); one line where a value is outside its range."""
+        ly, left, turn = (range_to_stick(float(c), lo, hi, self.deadzone)
+                          for c, (lo, hi) in zip(command, self.ranges, strict=True))  # fmt: skip
+        return {"ly": ly, "lx": -left or 0.0, "rx": -turn or 0.0}  # no -0.0
 
 
 @dataclass(frozen=True)

@@ -124,3 +124,31 @@ class TestLimits:
         with pytest.raises(RobotError, match=field.replace("_", "-")):
             SafetyMachine(_contract(), SafetyConfig(**{field: value}))
         SafetyMachine(_contract(), SafetyConfig(tilt_limit=0.8))
+
+
+@pytest.mark.parametrize("command", [[0.5, 0.0, 0.0], [-0.3, 0.25, -0.7], [1.0, -0.5, 1.0],
+                                     [0.0, 0.0, 0.0]])  # fmt: skip
+def test_the_sticks_for_a_command_give_that_command(command):
+    """``sticks_for`` is ``of``'s inverse (the deadzone and each side's range end included)
+    through the float32 bytes the remote sends: 0.5 m/s forward on [-0.5, 1.0] is ly 0.55, a
+    left turn is the right stick left (rx < 0); a value outside its range is one line
+    (mutation: the inverse without the deadzone: 0.5 m/s came out 0.44)."""
+    sticks = StickCommand(RANGES)
+    values = sticks.sticks_for(command)
+    assert sticks.of(decode(encode(RemoteState(**values)))) == pytest.approx(command, abs=1e-6)
+    if command == [0.5, 0.0, 0.0]:
+        assert values == {"ly": pytest.approx(0.55), "lx": 0.0, "rx": 0.0}
+    if command[2] > 0:
+        assert values["rx"] < 0
+    with pytest.raises(RobotError, match=r"1.5 is outside the command range \[-0.5, 1\]"):
+        sticks.sticks_for([1.5, 0.0, 0.0])
+
+
+def test_a_range_without_zero_is_spanned_by_the_whole_stick():
+    """A range that does not hold zero ([0.2, 1.0]): the stick's middle is the range's middle,
+    and the inverse finds it."""
+    from orin_rl.robot.remote import range_to_stick, stick_to_range
+
+    for value in (0.2, 0.45, 0.6, 1.0):
+        stick = range_to_stick(value, 0.2, 1.0, 0.1)
+        assert stick_to_range(stick, 0.2, 1.0, 0.1) == pytest.approx(value)
