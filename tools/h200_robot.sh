@@ -3,8 +3,8 @@
 # wheels with stage-wheels.sh and .whl/ with cyclonedds, then ../shared/peers/mjlab/stage.sh).
 #   bash tools/h200_robot.sh train     gpu tests of the capture path; G1 trained by orin_rl and
 #                                       by mjlab's own runner at once (~7 min), into /tmp/work
-#   bash tools/h200_robot.sh sim2sim   both policies exported, each on the DDS twin (3,000
-#                                       ticks at 50 Hz) against its task: tools/sim2sim.py
+#   bash tools/h200_robot.sh sim2sim   both policies exported, each walked on the DDS twin as an
+#                                       operator runs it, and in its task: tools/g1_walk_twin.py
 set -uo pipefail
 export PYTHONPATH=/tmp/mjl:/tmp/site:$PWD MUJOCO_GL=disable WANDB_MODE=disabled
 OUT=${OUT:-/tmp/out}
@@ -32,10 +32,12 @@ if [ "$1" = sim2sim ]; then
   onnx=$(ls -t /tmp/work/mjlab-g1/logs/rsl_rl/*/*/*.onnx 2>/dev/null | head -1)
   python3 -m orin_rl.cli -q export /tmp/work/ours-g1 2>&1 | tail -2
   [ -n "$onnx" ] && python3 -m orin_rl.cli -q export "$onnx" --env $task --out /tmp/work/mjlab-bundle 2>&1 | tail -2
-  python3 tools/sim2sim.py --model /tmp/work/ours-g1/bundle --ticks "${TICKS:-3000}" \
-    --plant-device cuda --domain 7 --out "$OUT/sim2sim_g1_h200" 2>&1 | grep -v "^Warp\|Warning" | tail -12
-  [ -n "$onnx" ] && python3 tools/sim2sim.py --model /tmp/work/mjlab-bundle --ticks "${TICKS:-3000}" \
-    --plant-device cuda --domain 8 --out "$OUT/sim2sim_g1_mjlab_h200" 2>&1 | grep -v "^Warp\|Warning" | tail -12
+  python3 tools/g1_walk_twin.py /tmp/work/ours-g1/bundle --train-summary /tmp/work/ours-g1/summary.json \
+    --forward-ticks "${TICKS:-3000}" --task-device cuda --domain 7 --out "$OUT/g1_walk_ours_h200" \
+    2>&1 | grep -v "^Warp\|Warning" | tail -24
+  [ -n "$onnx" ] && python3 tools/g1_walk_twin.py /tmp/work/mjlab-bundle --gpu "NVIDIA H200" \
+    --forward-ticks "${TICKS:-3000}" --task-device cuda --domain 8 --out "$OUT/g1_walk_mjlab_h200" \
+    2>&1 | grep -v "^Warp\|Warning" | tail -24
   exit 0
 fi
 echo "usage: $0 train|sim2sim" >&2; exit 2
