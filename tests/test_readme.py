@@ -38,6 +38,8 @@ def test_python_api_example_runs(tiny_run, monkeypatch, tmp_path):
 CANNOT_RUN_HERE = {
     "source ": "shell activation: the test calls this interpreter's orin_rl.cli",
     "--device cuda": "needs a CUDA GPU (the H200's gpu tests and benchmarks run these)",
+    "runs/g1": "the G1 path: tests/robot/test_deploy_readme.py runs the twin and the run",
+    "sim-robot": "a twin in the background: tests/robot/test_deploy_readme.py runs it",
     "Hopper-v5": "a 1M-step preset run (docs/benchmarks/locomotion_h200.md)",
     "Acrobot-v1": "a full preset run (tests/runners/test_train_e2e.py trains the presets)",
     "--algo sac": "a full preset run (tests/algorithms/test_offpolicy.py trains SAC)",
