@@ -36,22 +36,25 @@ TOL = 2e-3
 """The gpu tests' rtol and atol."""
 
 
-def _ours(task: str, n: int, episode: int, actions, graphs: str | None, masked: bool):
+def _ours(task: str, n: int, episode: int, actions, graphs: str | None, masked: bool,
+          device: str = "cuda"):  # fmt: skip
     """orin_rl's step: eager (``graphs`` None), ``segments`` or ``unit``; (obs, reward) a step."""
     from orin_rl.envs.base import EnvOptions
     from orin_rl.envs.mjlab import MjlabVecEnv
 
-    env = MjlabVecEnv(task, n, "cuda", EnvOptions(seed=3, max_episode_steps=episode))
+    env = MjlabVecEnv(task, n, device, EnvOptions(seed=3, max_episode_steps=episode))
     if graphs is not None:
         plan = env.use_graphs(masked=masked, unit=graphs == "unit")
         assert plan is not None and plan["step"] == graphs, plan
     elif masked:
         assert env._stepper.mask_resets() is None
     env.reset()
+    rewards = env.env.reward_manager  # per-term rewards of the step: (worlds, terms)
     out = []
     for a in actions:
-        s = env.step(a.to("cuda"))
-        out.append((s.obs.cpu().clone(), s.reward.cpu().clone()))
+        s = env.step(a.to(device))
+        terms = rewards._step_reward.cpu().clone()
+        out.append((s.obs.cpu().clone(), s.reward.cpu().clone(), terms, rewards.active_terms))
     report = env.graph_report()
     env.close()
     return out, report
@@ -71,8 +74,14 @@ def _compare(a: list, b: list, steps: int) -> dict:
             if name == "obs" and row["obs_outside_tol"]:
                 cols = (d > TOL + TOL * y.abs()).any(0).nonzero().flatten().tolist()
                 row["obs_columns_outside_tol"] = cols[:32]
+        if len(a[t]) > 2 and len(b[t]) > 2:  # orin_rl's steps: which reward term departs
+            d = (a[t][2].double() - b[t][2].double()).abs().amax(0)
+            row["reward_terms_max_abs"] = {
+                n: float(v) for n, v in zip(a[t][3], d.tolist(), strict=True) if v > 1e-6
+            }
         rows.append(row)
-    worst = {k: max(r[k] for r in rows) for k in rows[0] if k.endswith(("_max_abs", "_tol"))}
+    worst = {k: max(r[k] for r in rows) for k in rows[0]
+             if k.endswith(("_max_abs", "_tol")) and k != "reward_terms_max_abs"}  # fmt: skip
     return {"worst": worst, "steps": rows}
 
 
