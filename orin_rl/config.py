@@ -253,10 +253,11 @@ class DQNConfig(ReplayOptions):
     only, rebuilt as obs[1:] + that frame when sampled (checked at every insert; n_step 1):
     a 1M Atari replay takes 35.3 GB instead of 56.5 GB."""
     frame_history: bool = False
-    """Frame stacks kept as frames (orin_rl.buffers.frame_history): each transition stores its
-    observation's newest frame and its next observation's; the older k - 1 frames are read
-    from the same env's earlier transitions (checked at every insert; n_step 1, the
-    off-policy runner): a 1M Atari replay takes 14.1 GB."""
+    """Frame stacks kept as frames, each once (orin_rl.buffers.frame_history): a replay row
+    holds one frame, a transition's next observation's newest or an episode's first, and the
+    stacks are read back along the env's rows (checked at every insert; n_step 1, the
+    off-policy runner). buffer_size counts rows (transitions plus one an episode): 1M Atari
+    transitions of random Breakout play take 7.27 GB (docs/benchmarks/frame_replay_breakout)."""
     max_grad_norm: float = 10.0
     """Gradient-norm clip."""
     hidden_sizes: list[int] = field(default_factory=lambda: [64, 64])

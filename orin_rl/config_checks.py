@@ -117,7 +117,7 @@ def validate(cfg: Any) -> None:
                           "false")  # fmt: skip
     if cfg.dqn.share_frames and cfg.dqn.frame_history:
         raise ConfigError("dqn.share_frames and dqn.frame_history: pick one (frame_history "
-                          "keeps less: 2 frames a transition against k + 1)")  # fmt: skip
+                          "keeps less: 1 frame a transition against k + 1)")  # fmt: skip
     if cfg.train.algo != "ppo" and cfg.train.num_agents > 1:
         raise ConfigError(f"train.algo {cfg.train.algo}: --num-agents is PPO-only")
     if cfg.train.algo == "dqn" and cfg.train.cuda_graphs:

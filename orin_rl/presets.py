@@ -219,7 +219,7 @@ OFF_POLICY_PRESETS: dict[tuple[str, str], dict[str, Any]] = {
     },
     # CleanRL's dqn_atari (lr 1e-4, batch 32, train every 4 steps, target every 1,000, epsilon
     # 1 -> 0.01 over 10% of 10M steps, learning from 80k) with a 100k replay kept as frames
-    # (dqn.frame_history: 1.4 GB; CleanRL's 1M would be 14.1 GB). Defined and smoke-tested, not
+    # (dqn.frame_history: 0.71 GB; CleanRL's 1M would be 7.3 GB). Defined and smoke-tested, not
     # trained here.
     **{
         (f"ALE/{game}-v5", "dqn"): {

@@ -195,7 +195,7 @@ class OffPolicyAlgorithm:
         if self.share_frames:
             batch["next_frame"] = newest_frame(batch["obs"], batch.pop("next_obs"))
         elif self.frame_history is not None:
-            batch.update(self.frame_history.rows(batch.pop("obs"), batch.pop("next_obs"), ended))
+            batch = self.frame_history.rows(batch, ended)  # start rows, then the transitions
         if len(batch["actions"]):
             self.replay.add(batch)
         self.env_steps += self.num_envs

@@ -266,7 +266,9 @@ class ReplayBuffer:
             raise ReplayError(
                 f"replay state has capacity {state['capacity']} and fields "
                 f"{sorted(state['fields'])}; this buffer has {self.capacity} and "
-                f"{sorted(self.specs)}"
+                f"{sorted(self.specs)}: it was saved with another buffer size or layout (before "
+                "2026-12-06, dqn.frame_history kept two frames a transition); resume it with the "
+                "config and orin_rl version that saved it, or start a new run"
             )
         size = int(state["size"])
         for name, value in state["fields"].items():

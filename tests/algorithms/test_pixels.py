@@ -13,7 +13,7 @@ import torch
 from orin_rl import config as config_mod
 from orin_rl.algorithms import PPO
 from orin_rl.algorithms.dqn import DQN
-from orin_rl.buffers.replay import ReplayError
+from orin_rl.buffers.replay import ReplayBatch, ReplayError
 from orin_rl.config import Config, DQNConfig
 from orin_rl.envs import StepResult
 from orin_rl.models import PolicySpec
@@ -207,9 +207,12 @@ class _Frames(gym.Env):
     observation_space = gym.spaces.Box(0, 255, (6, 6), np.uint8)
     action_space = gym.spaces.Discrete(2)
 
+    resets = 0
+
     def reset(self, *, seed=None, options=None):
         super().reset(seed=seed)
         self.t = 0
+        self.resets += 1
         return self.np_random.integers(0, 256, (6, 6), dtype=np.uint8), {}
 
     def step(self, action):
@@ -226,17 +229,21 @@ def _stacked_envs(n: int, padding: str = "reset") -> list[gym.Env]:
     return envs
 
 
-def _frame_history_dqn(capacity: int, envs: int) -> DQN:
+def _frame_history_dqn(capacity: int, envs: int, frame_history: bool = True) -> DQN:
     space = gym.spaces.Box(0, 255, (4, 6, 6), np.uint8)
     spec = PolicySpec.from_spaces(space, gym.spaces.Discrete(2), hidden_sizes=[])
-    cfg = DQNConfig(buffer_size=capacity, batch_size=4, learning_starts=0, frame_history=True)
+    cfg = DQNConfig(buffer_size=capacity, batch_size=4, learning_starts=0,
+                    frame_history=frame_history)  # fmt: skip
     return DQN(spec, cfg, envs, torch.device("cpu"), "host", 1, total_steps=100)
 
 
-def _step_all(algo: DQN, envs: list[gym.Env], obs: torch.Tensor, truth: dict) -> torch.Tensor:
+def _step_all(
+    algo: DQN, envs: list[gym.Env], obs: torch.Tensor, truth: dict, plain: DQN | None = None
+) -> torch.Tensor:
     """One vector step of gymnasium's FrameStackObservation envs into ``algo`` (reset on an
     episode's end, the final observation stored as next_obs); ``truth``: slot → (obs,
-    next_obs) as stored."""
+    next_obs, the transition's row in ``plain``) of the transitions the ring holds, ``plain`` a
+    full-stack buffer (no frame_history, no wrap) given the same step."""
     nxt, final, term, trunc = [], [], [], []
     for env in envs:
         o, _, te, tr, _ = env.step(0)
@@ -247,48 +254,79 @@ def _step_all(algo: DQN, envs: list[gym.Env], obs: torch.Tensor, truth: dict) ->
         term.append(te)
         trunc.append(tr)
     nxt, final = torch.stack(nxt), torch.stack(final)
-    pos = algo.replay.pos
-    algo.act(obs)
-    algo.process_env_step(StepResult(nxt, torch.ones(len(envs)), torch.tensor(term),
-                                     torch.tensor(trunc), final, {}))  # fmt: skip
-    for e in range(len(envs)):
-        truth[(pos + e) % algo.replay.capacity] = (obs[e].clone(), final[e].clone())
+    n, capacity, pos = len(envs), algo.replay.capacity, algo.replay.pos
+    step = StepResult(nxt, torch.rand(n), torch.tensor(term), torch.tensor(trunc), final, {})
+    seed = int(torch.randint(2**31, ()))
+    for learner in (algo, plain) if plain is not None else (algo,):
+        with torch.random.fork_rng():  # the same epsilon-greedy draws: the same actions
+            torch.manual_seed(seed)
+            learner.act(obs)
+        learner.process_env_step(step)
+    for slot in range(pos, pos + (algo.replay.pos - pos) % capacity):  # rows overwritten
+        truth.pop(slot % capacity, None)
+    for e in range(n):  # the step's transition rows are its last n (after its start rows)
+        row = plain.replay.pos - n + e if plain is not None else None
+        truth[(algo.replay.pos - n + e) % capacity] = (obs[e].clone(), final[e].clone(), row)
     return nxt
 
 
+ROW_BYTES = 84 * 84 + 1 + 4 + 8 + SCALAR_BYTES  # frame, depth, back, serial, scalars: 7,089
+"""Bytes of one ``dqn.frame_history`` row of Atari frames (a transition, or an episode's start)."""
+
+
 class TestFrameHistory:
-    """``dqn.frame_history``: two frames a transition, the stack read from the env's earlier
-    transitions."""
+    """``dqn.frame_history``: each frame once, one a row; a transition's stack read from its
+    env's earlier rows."""
 
     def test_bytes_of_a_scaled_down_1m_atari_buffer(self):
-        """14,141 bytes a transition (two 84x84 frames, depth, serial, the scalars): 1,000
-        transitions (1M / 1,000) take 14.14 MB, so 1M take 14.1 GB."""
+        """7,089 bytes a row (an 84x84 frame, depth, back, serial, the scalars): 1,000 rows
+        (1M / 1,000) take 7.089 MB, so 1M rows take 7.09 GB. A row is a transition or an
+        episode's start (the next test); Breakout's random play wrote 1.0261 rows a transition
+        (docs/benchmarks/frame_replay_breakout.md), so 1M transitions take 1,026,200 rows,
+        7.27 GB (two frames a transition took 14,141 bytes: 14.1 GB)."""
         space = gym.spaces.Box(0, 255, ATARI, np.uint8)
         spec = PolicySpec.from_spaces(space, gym.spaces.Discrete(6), hidden_sizes=[])
         cfg = DQNConfig(buffer_size=1_000, batch_size=4, learning_starts=0, frame_history=True)
         algo = DQN(spec, cfg, 2, torch.device("cpu"), "host", 1, total_steps=100)
-        assert algo.replay.nbytes == 1_000 * (2 * 84 * 84 + 1 + 8 + SCALAR_BYTES)
+        assert algo.replay.nbytes == 1_000 * ROW_BYTES == 7_089_000
         assert algo.replay.field("frame").dtype == torch.uint8
+        assert 1_026_200 * ROW_BYTES == 7_274_731_800 < 7.5e9
 
-    def test_sampled_stacks_are_the_stored_observations_across_episodes_and_wraps(self):
-        """gymnasium's FrameStackObservation (reset padding), 3 envs, episodes of 1 to 9 steps,
-        a ring of 30 slots wrapped 6 times: every sampled obs and next_obs is the one stored
-        at its slot, none of the slots whose stack the ring overwrote is returned, and a
-        gradient step runs on the batch."""
+    def test_every_transition_the_ring_holds_is_the_full_stack_buffers(self):
+        """The same recorded episodes (gymnasium's FrameStackObservation, reset padding; 3 envs,
+        episodes of 1 to 9 steps, terminated or truncated) into frame_history's ring of 48 rows
+        (289 rows written: wrapped 6 times) and into a full-stack buffer: after every step each
+        transition the ring holds rebuilds to the full-stack buffer's (obs, next_obs and
+        scalars, exactly), but for at most k of each env's oldest (whose chains the ring
+        overwrote); start rows are never sampled; the rows are the transitions plus one an
+        episode start. A drawn batch is exact too, and a gradient step runs on it."""
         torch.manual_seed(0)
-        algo, envs, truth = _frame_history_dqn(30, 3), _stacked_envs(3), {}
-        obs = torch.stack(
-            [torch.as_tensor(env.reset(seed=10 + i)[0]) for i, env in enumerate(envs)]
-        )
-        checked = 0
-        for _ in range(60):
-            obs = _step_all(algo, envs, obs, truth)
-            if len(algo.replay) >= 12:
-                batch = algo._sample()
-                for slot, o, n in zip(batch.indices.tolist(), batch["obs"], batch["next_obs"], strict=True):  # fmt: skip
-                    assert torch.equal(o, truth[slot][0]) and torch.equal(n, truth[slot][1])
-                    checked += 1
-        assert checked > 150 and algo.frame_history.unusable_writes == 0
+        envs, truth, k, n = _stacked_envs(3), {}, 4, 3
+        algo, plain = _frame_history_dqn(48, n), _frame_history_dqn(300, n, frame_history=False)
+        plain.policy.load_state_dict(algo.policy.state_dict())
+        obs = torch.stack([torch.as_tensor(e.reset(seed=10 + i)[0]) for i, e in enumerate(envs)])
+
+        def resets() -> int:
+            return sum(env.unwrapped.resets for env in envs)
+
+        first, fh, checked = resets(), algo.frame_history, 0
+        for _ in range(80):
+            before = resets()
+            obs = _step_all(algo, envs, obs, truth, plain)
+            slots = torch.arange(len(algo.replay))
+            usable = slots[fh.usable(slots)]
+            assert set(usable.tolist()) <= set(truth) and len(truth) - len(usable) <= n * k
+            rebuilt = fh.sample(ReplayBatch({}, usable))
+            assert torch.equal(rebuilt.indices, usable)
+            ref = plain.replay.gather(torch.tensor([truth[s][2] for s in usable.tolist()]))
+            assert rebuilt.data.keys() == ref.keys()
+            assert all(torch.equal(rebuilt[name], ref[name]) for name in ref)
+            checked += len(usable)
+        assert fh.adds == 80 * n + fh.start_rows and fh.start_rows == n + before - first
+        assert fh.adds > 5 * 48 and checked > 80 * 30 and fh.unusable_writes == 0
+        batch = algo._sample()
+        for slot, o, nx in zip(batch.indices.tolist(), batch["obs"], batch["next_obs"], strict=True):  # fmt: skip
+            assert torch.equal(o, truth[slot][0]) and torch.equal(nx, truth[slot][1])
         algo.update()
         assert algo.grad_steps > 0
 

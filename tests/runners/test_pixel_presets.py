@@ -75,7 +75,7 @@ def test_atari_dqn_preset_keeps_frames_once_on_real_stacks(tmp_path, monkeypatch
     """ale-py's frames through AtariPreprocessing and FrameStackObservation are a stack moving
     one frame a step, padded with its first frame when a training episode starts, after a
     game's reset or a lost life (every insert rebuilds the stack from the stored frames and
-    compares), so the replay keeps two frames a transition, no stack. Breakout, random play:
+    compares), so the replay keeps one frame a transition, no stack. Breakout, random play:
     lives are lost within the run."""
     require_pixels("ale_py", "ale-py is in the pixels extra")
     require_pixels("cv2", "AtariPreprocessing needs OpenCV (the pixels extra)")
