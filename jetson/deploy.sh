@@ -49,6 +49,14 @@ fi
 # --no-deps: the package without its training dependencies (torch, numba, tensorboard, ...),
 # as a copy (not editable): the robot needs no checkout.
 "$venv/bin/python" -m pip install "${pip_flags[@]}" --no-deps "$repo"
+# The doctor's cue (orin_rl/doctor.py, detect_image): this venv is the deploy image, which leaves
+# training's parts out on purpose (and the wire, where SKIP_ROBOT asked for that).
+left_out='"torch", "numba", "gpu physics"'
+if [[ -n "${SKIP_ROBOT:-}" ]]; then
+  left_out+=', "robot wire"'
+fi
+printf '{"image": "deploy", "by": "jetson/deploy.sh", "left_out": [%s]}\n' "$left_out" \
+  > "$venv/orin-rl-image.json"
 if "$venv/bin/python" -c 'import importlib.util as u, sys; sys.exit(u.find_spec("torch") is None)'; then
   echo "deploy.sh: torch is importable in $venv (from the system site?); the deploy image should not carry it" >&2
 fi

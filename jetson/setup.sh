@@ -52,6 +52,7 @@ fi
 
 # --system-site-packages: TensorRT's Python bindings come from JetPack, not from PyPI.
 python3 -m venv --system-site-packages "$venv"
+rm -f "$venv/orin-rl-image.json"  # deploy.sh's mark: this venv becomes a training install
 "$venv/bin/python" -m pip install --upgrade pip
 if [[ -n "${TORCH_WHEEL:-}" ]]; then
   "$venv/bin/python" -m pip install "$TORCH_WHEEL"

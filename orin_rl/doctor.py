@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import platform
 import sys
@@ -24,6 +25,69 @@ class Check:
     """``ok``, ``missing``, ``warn``, ``info`` or ``skipped`` (not applicable here)."""
     detail: str
     next_step: str = ""
+
+
+IMAGE_MARKER = "orin-rl-image.json"
+"""The file in an environment's prefix (``sys.prefix``: the venv) that says which image it is:
+``jetson/deploy.sh`` writes ``{"image": "deploy", "left_out": [...]}`` there."""
+IMAGE_ENV = "ORIN_RL_IMAGE"
+"""``deploy`` or ``training``: the image named outright (jetson/Dockerfile's runtime stage sets
+``deploy``); it wins over the marker."""
+DEPLOY_LEAVES_OUT = ("torch", "numba", "gpu physics")
+"""The doctor's rows the deploy image leaves out on purpose (training's parts: it runs a policy,
+it does not train one)."""
+WHY_LEFT_OUT = {
+    "torch": "the runtime runs without it",
+    "numba": "training's buffer kernels",
+    "gpu physics": "training's MuJoCo Warp",
+    "robot wire": "installed without it (SKIP_ROBOT)",
+}
+"""What a left-out row says instead of advice to install it."""
+
+
+@dataclass
+class Image:
+    """What this environment was installed as: the doctor judges a missing piece against it."""
+
+    name: str
+    """``training`` (the full install: ``pip install orin-rl``, jetson/setup.sh) or ``deploy``
+    (the robot's torch-free runtime: jetson/deploy.sh, the Dockerfile's runtime stage)."""
+    left_out: tuple[str, ...] = ()
+    """Rows whose missing piece is the image's design, not a fault."""
+    source: str = ""
+    """Where ``name`` was read (the marker file, the environment variable); empty: the default."""
+
+
+def detect_image(prefix: str | Path | None = None, environ: dict | None = None) -> Image:
+    """This environment's image: ``$ORIN_RL_IMAGE``, else the marker ``jetson/deploy.sh`` wrote
+    into the venv (``<sys.prefix>/orin-rl-image.json``), else ``training``. An installer says
+    it outright, so a training venv that merely lacks torch still shows torch as missing."""
+    environ = os.environ if environ is None else environ
+    named = environ.get(IMAGE_ENV, "").strip().lower()
+    if named == "deploy":
+        return Image("deploy", DEPLOY_LEAVES_OUT, f"${IMAGE_ENV}")
+    if named:  # "training" (anything else is not an image we know: judged as training)
+        return Image("training", (), f"${IMAGE_ENV}")
+    marker = Path(sys.prefix if prefix is None else prefix) / IMAGE_MARKER
+    try:
+        data = json.loads(marker.read_text())
+    except FileNotFoundError:
+        return Image("training")
+    except (OSError, ValueError) as exc:  # unreadable: say so, judge as the full install
+        return Image("training", (), f"{marker} unreadable ({exc.__class__.__name__})")
+    if not isinstance(data, dict) or data.get("image") != "deploy":
+        return Image("training", (), str(marker))
+    left_out = data.get("left_out", DEPLOY_LEAVES_OUT)
+    return Image("deploy", tuple(str(item) for item in left_out), str(marker))
+
+
+def by_design(row: Check, image: Image) -> Check:
+    """``row`` judged against the image: a piece the image leaves out on purpose is no fault
+    and gets no advice to install it (``skipped``); anything else is returned as it is."""
+    if row.status != "missing" or row.item not in image.left_out:
+        return row
+    why = WHY_LEFT_OUT.get(row.item, "left out on purpose")
+    return Check(row.item, "skipped", f"not in this image ({image.name}: {why})")
 
 
 def _version(module: str) -> str | None:
@@ -86,11 +150,22 @@ def torch_check(torch_version: str, is_jetson: bool) -> Check:
     return Check("torch", "warn" if is_jetson else "info", f"{torch_version}, no CUDA", step)
 
 
-def checks() -> list[Check]:
-    """Every row of the table."""
+def checks(image: Image | None = None) -> list[Check]:
+    """Every row of the table, judged against ``image`` (default: ``detect_image()``)."""
+    image = detect_image() if image is None else image
+    rows = [Check("python", "ok", f"{platform.python_version()} ({sys.executable})")]
+    if image.name != "training":
+        left_out = ", ".join(image.left_out) or "nothing"
+        rows.append(Check("image", "info", f"{image.name} ({image.source}): {left_out} left "
+                          "out on purpose"))  # fmt: skip
+    return [by_design(row, image) for row in rows + _machine_checks()]
+
+
+def _machine_checks() -> list[Check]:
+    """The rows of what this machine and environment offer, judged as a full install."""
     from orin_rl import jetson
 
-    rows = [Check("python", "ok", f"{platform.python_version()} ({sys.executable})")]
+    rows = []
     info = jetson.detect()
     torch_version = _version("torch")
     if torch_version is None:

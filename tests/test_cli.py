@@ -138,6 +138,22 @@ class TestHelp:
         parser = dict(_parsers(cli.build_parser()))[f"orin-rl {command}"]
         assert exc.value.code == 0 and " ".join(parser.description.split()) in out
 
+    def test_main_parses_with_the_named_commands_flags_alone(self, capsys):
+        """``main`` builds only its command's flags (the others' imported the training config
+        into the robot's ``run``); every command is still listed and parses the same."""
+        from orin_rl.cli.app import command_of
+
+        assert command_of(["-q", "--debug", "run", "--model", "m"]) == "run"
+        assert command_of(["--version"]) is None and command_of(["nope", "run"]) is None
+        only = cli.build_parser(only="run")
+        argv = ["-q", "run", "--model", "m", "--rate", "0", "--steps", "5"]
+        assert vars(only.parse_args(argv)) == vars(cli.build_parser().parse_args(argv))
+        with pytest.raises(SystemExit):
+            only.parse_args(["train", "--env", "CartPole-v1"])  # not run's: no train flags
+        capsys.readouterr()
+        sub = next(a for a in only._actions if isinstance(a, argparse._SubParsersAction))
+        assert set(sub.choices) == set(cli.COMMANDS)
+
     def test_train_is_not_described_as_ppo_only(self):
         description = dict(_parsers(cli.build_parser()))["orin-rl train"].description
         assert all(algo in description for algo in ("PPO", "SAC", "DQN"))

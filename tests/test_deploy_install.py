@@ -90,6 +90,10 @@ def test_a_bundle_runs_and_the_doctor_reports_torch_free(deploy_venv, tiny_run):
         [orin_rl, "doctor"], capture_output=True, text=True, timeout=120, env=_clean_env()
     )
     assert doctor.returncode == 0, doctor.stdout + doctor.stderr
-    assert "not installed (the runtime works without it)" in doctor.stdout  # torch's row
+    # deploy.sh's marker: what the image leaves out on purpose is no fault, with no advice
+    assert f"deploy ({deploy_venv / 'orin-rl-image.json'})" in doctor.stdout
+    assert "- torch        not in this image (deploy" in doctor.stdout, doctor.stdout
+    assert not any(f"✗ {item}" in doctor.stdout for item in ("torch", "numba", "gpu physics"))
+    assert "pip install torch" not in doctor.stdout
     assert "✓ robot wire" in doctor.stdout
     assert "providers that start:" in doctor.stdout

@@ -273,6 +273,60 @@ def test_doctor_reports_gpu_physics(monkeypatch):
     assert "jetson/setup.sh" in doctor.gpu_physics_check(is_jetson=True).next_step
 
 
+class TestDoctorJudgesTheImage:
+    """The deploy image (jetson/deploy.sh) leaves torch, numba and GPU physics out on purpose:
+    its doctor showed them ✗ with "pip install torch" (issue 67). They are "not in this image"
+    there, and still missing, with their advice, in a training install."""
+
+    LEFT_OUT = ("torch", "numba", "gpu physics")
+
+    @pytest.fixture
+    def doctor(self, monkeypatch):
+        """orin_rl.doctor on an environment without torch, numba and MuJoCo Warp (as the deploy
+        image is; the rest as this box has it)."""
+        from orin_rl import doctor
+
+        gone = ("torch", "numba", "warp", "mujoco", "mujoco_warp")
+        version, find_spec = doctor._version, importlib.util.find_spec
+        monkeypatch.setattr(doctor, "_version", lambda m: None if m in gone else version(m))
+        monkeypatch.setattr(doctor.importlib.util, "find_spec",
+                            lambda name, *a: None if name in gone else find_spec(name, *a))  # fmt: skip
+        return doctor
+
+    def test_the_deploy_image_shows_what_it_leaves_out_as_no_fault(self, doctor, tmp_path):
+        marker = {"image": "deploy", "by": "jetson/deploy.sh", "left_out": list(self.LEFT_OUT)}
+        (tmp_path / doctor.IMAGE_MARKER).write_text(json.dumps(marker))
+        rows = {r.item: r for r in doctor.checks(doctor.detect_image(tmp_path, environ={}))}
+        for item in self.LEFT_OUT:
+            assert rows[item].status == "skipped" and rows[item].next_step == "", rows[item]
+            assert rows[item].detail.startswith("not in this image (deploy"), rows[item]
+        assert "image" in rows and "left out on purpose" in rows["image"].detail
+        text = doctor.table(list(rows.values()))
+        assert not any(f"✗ {item}" in text for item in self.LEFT_OUT), text
+        assert "pip install torch" not in text and "pip install numba" not in text, text
+
+    def test_a_training_install_still_shows_them_missing(self, doctor, tmp_path):
+        rows = {r.item: r for r in doctor.checks(doctor.detect_image(tmp_path, environ={}))}
+        assert all(rows[item].status == "missing" for item in self.LEFT_OUT)
+        assert rows["torch"].next_step.startswith("pip install torch") and "image" not in rows
+
+    def test_the_image_comes_from_the_environment_or_the_marker(self, tmp_path):
+        from orin_rl.doctor import IMAGE_ENV, IMAGE_MARKER, detect_image
+
+        marker = tmp_path / IMAGE_MARKER
+        assert detect_image(tmp_path, environ={}).name == "training"  # no marker: full install
+        marker.write_text('{"image": "deploy", "left_out": ["torch", "robot wire"]}')
+        image = detect_image(tmp_path, environ={})
+        assert (image.name, image.left_out, image.source) == (
+            "deploy", ("torch", "robot wire"), str(marker))  # fmt: skip
+        assert detect_image(tmp_path, environ={IMAGE_ENV: "training"}).name == "training"
+        named = detect_image(tmp_path / "elsewhere", environ={IMAGE_ENV: "deploy"})
+        assert named.name == "deploy" and named.left_out == TestDoctorJudgesTheImage.LEFT_OUT
+        marker.write_text("{not json")
+        broken = detect_image(tmp_path, environ={})
+        assert broken.name == "training" and "unreadable" in broken.source
+
+
 def test_doctor_json_validates(capsys):
     assert cli.main(["doctor", "--json", "--selftest"]) == 0
     data = json.loads(capsys.readouterr().out)

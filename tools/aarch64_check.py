@@ -256,8 +256,8 @@ def guest_facts(guest: Guest) -> dict:
 
 def x86_deploy_rss(cache: Path, bundle: Path) -> dict:
     """The same deploy side on this x86-64 host (jetson/deploy.sh), and its torch-free
-    ``orin-rl run`` peak RSS (the ≤ 60 MiB target is an x86-64 one: under QEMU the process's
-    memory is the emulator's)."""
+    ``orin-rl run`` peak RSS (issue 67's 62 MiB target is an x86-64 one: under QEMU the
+    process's memory is the emulator's; tools/bench_deploy_rss.py measures where it goes)."""
     from bench_infer import torch_free_rss
 
     venv = cache / "x86-deploy"

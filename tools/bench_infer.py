@@ -21,7 +21,6 @@ import platform
 import subprocess
 import sys
 import tempfile
-import textwrap
 import time
 from pathlib import Path
 
@@ -264,38 +263,16 @@ def bench_cnn(iters: int, tmp: Path, cuda: bool, threads: int) -> list[dict]:
 
 
 def torch_free_rss(bundle_dir: Path, python: str = sys.executable) -> dict:
-    """Peak RSS of a torch-free ``orin-rl run``, and the resident memory after each import on
-    the way (what the peak is made of). ``python``: the interpreter (a deploy venv's, which has
-    no torch to block: tools/aarch64_check.py)."""
-    code = textwrap.dedent(f"""
-        import sys, json
-        sys.modules["torch"] = None
-        sys.modules["numba"] = None
-        def rss(field="VmRSS"):
-            return int([l for l in open("/proc/self/status") if l.startswith(field)][0].split()[1])
-        steps = [("python", rss())]
-        import numpy
-        steps.append(("+ numpy", rss()))
-        import onnxruntime
-        steps.append(("+ onnxruntime", rss()))
-        import gymnasium
-        steps.append(("+ gymnasium", rss()))
-        from orin_rl.cli import main
-        steps.append(("+ orin_rl.cli", rss()))
-        rc = main(["-q", "run", "--model", r"{bundle_dir}", "--backend", "onnxruntime", "--rate", "0", "--steps", "2000"])
-        steps.append(("after the run", rss()))
-        # VmHWM: this process's own peak (ru_maxrss would carry the parent's across exec).
-        print(json.dumps({{"peak_kb": rss("VmHWM"), "steps": steps}}))
-        sys.exit(rc)
-    """)
-    proc = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=300)
-    if proc.returncode != 0:
-        return {"error": proc.stderr[-300:]}
-    data = json.loads(proc.stdout.strip().splitlines()[-1])
-    return {
-        "peak_rss_mb": data["peak_kb"] / 1024,
-        "rss_mb_after": {name: kb / 1024 for name, kb in data["steps"]},
-    }
+    """Peak RSS (MiB) of a torch-free ``orin-rl run`` on ``bundle_dir`` and the resident memory
+    on the way (tools/bench_deploy_rss.py measures it, and where it goes). ``python``: the
+    interpreter (a deploy venv's, which has no torch to block: tools/aarch64_check.py)."""
+    from bench_deploy_rss import run_rss
+
+    rss = run_rss(bundle_dir, python)
+    if "error" in rss:
+        return rss
+    return {"peak_rss_mb": rss["peak_mib"], "rss_mb_after": rss["rss_mib_after"],
+            "imported": rss["imported"]}  # fmt: skip
 
 
 def cartpole_bundle(tmp: Path) -> Path:

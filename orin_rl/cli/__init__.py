@@ -1,25 +1,38 @@
 """``orin-rl`` command line: ``parser`` holds every command's flags, one module per command
-holds its code, ``app.main`` runs the one asked for."""
+holds its code, ``app.main`` runs the one asked for.
+
+Only ``main`` is imported with the package: a command's module (and what it needs: the
+training config, yaml, ...) loads when that command runs, so ``orin-rl run`` on the robot
+carries none of the others (``tools/bench_deploy_rss.py`` measures it). The other names load on
+first use."""
 
 from __future__ import annotations
 
-from orin_rl.cli.app import COMMANDS, main
-from orin_rl.cli.common import UsageError, _backend_options, env_kwargs_arg
-from orin_rl.cli.parser import DESCRIPTION, EPILOG, build_parser
-from orin_rl.cli.train import TRAIN_FLAGS, _resume_command, train_config
-from orin_rl.config import Config
+from typing import Any
 
-__all__ = [
-    "COMMANDS",
-    "DESCRIPTION",
-    "EPILOG",
-    "TRAIN_FLAGS",
-    "Config",
-    "UsageError",
-    "_backend_options",
-    "_resume_command",
-    "build_parser",
-    "env_kwargs_arg",
-    "main",
-    "train_config",
-]
+from orin_rl.cli.app import main
+
+_LAZY = {
+    "COMMANDS": "orin_rl.cli.app",
+    "DESCRIPTION": "orin_rl.cli.parser",
+    "EPILOG": "orin_rl.cli.parser",
+    "build_parser": "orin_rl.cli.parser",
+    "UsageError": "orin_rl.cli.common",
+    "_backend_options": "orin_rl.cli.common",
+    "env_kwargs_arg": "orin_rl.cli.common",
+    "TRAIN_FLAGS": "orin_rl.cli.train",
+    "_resume_command": "orin_rl.cli.train",
+    "train_config": "orin_rl.cli.train",
+    "Config": "orin_rl.config",
+}
+
+__all__ = ["main", *_LAZY]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'orin_rl.cli' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)

@@ -2,37 +2,50 @@
 
 from __future__ import annotations
 
+import importlib
 import logging
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
-from orin_rl.cli import bench, build, demo, doctor, export, plant_server, sim_robot, train
-from orin_rl.cli import envs as envs_cmd
-from orin_rl.cli import eval as eval_cmd
-from orin_rl.cli import run as run_cmd
 from orin_rl.cli.parser import build_parser
-from orin_rl.cli.train import _resume_command
 from orin_rl.errors import OrinError
 
 COMMANDS = {
-    "demo": demo.cmd_demo,
-    "doctor": doctor.cmd_doctor,
-    "train": train.cmd_train,
-    "export": export.cmd_export,
-    "build": build.cmd_build,
-    "run": run_cmd.cmd_run,
-    "eval": eval_cmd.cmd_eval,
-    "bench": bench.cmd_bench,
-    "plant-server": plant_server.cmd_plant_server,
-    "sim-robot": sim_robot.cmd_sim_robot,
-    "envs": envs_cmd.cmd_envs,
+    "demo": "orin_rl.cli.demo:cmd_demo",
+    "doctor": "orin_rl.cli.doctor:cmd_doctor",
+    "train": "orin_rl.cli.train:cmd_train",
+    "export": "orin_rl.cli.export:cmd_export",
+    "build": "orin_rl.cli.build:cmd_build",
+    "run": "orin_rl.cli.run:cmd_run",
+    "eval": "orin_rl.cli.eval:cmd_eval",
+    "bench": "orin_rl.cli.bench:cmd_bench",
+    "plant-server": "orin_rl.cli.plant_server:cmd_plant_server",
+    "sim-robot": "orin_rl.cli.sim_robot:cmd_sim_robot",
+    "envs": "orin_rl.cli.envs:cmd_envs",
 }
+"""command -> ``module:function`` that runs it, imported when it runs (only that one: ``orin-rl
+run`` on the robot loads no training code)."""
+
+
+def command(name: str) -> Callable:
+    """The function that runs command ``name``."""
+    module, _, function = COMMANDS[name].partition(":")
+    return getattr(importlib.import_module(module), function)
+
+
+def command_of(argv: list[str]) -> str | None:
+    """The command ``argv`` names (its first word after the global flags, which take no
+    value), or None where it names none."""
+    word = next((a for a in argv if not a.startswith("-")), None)
+    return word if word in COMMANDS else None
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point: run a subcommand; known errors print one line and exit with 2."""
-    args = build_parser().parse_args(argv)
-    args.raw_argv = list(sys.argv[1:] if argv is None else argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser(only=command_of(argv)).parse_args(argv)
+    args.raw_argv = argv
     logging.basicConfig(
         level=logging.WARNING if args.quiet else logging.INFO,
         format="%(levelname)s %(name)s: %(message)s",
@@ -40,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.verbose:  # orin_rl's debug lines; known third-party noise shown (envs/mjlab_noise)
         logging.getLogger("orin_rl").setLevel(logging.DEBUG)
     try:
-        return COMMANDS[args.command](args)
+        return command(args.command)(args)
     except (OrinError, OSError) as exc:  # OSError: full disk, permissions, missing files
         if args.debug:
             raise
@@ -52,6 +65,8 @@ def main(argv: list[str] | None = None) -> int:
         run = getattr(args, "run_folder", None)
         resume = ""
         if run is not None and (Path(run) / "checkpoint.pt").is_file():  # a second Ctrl-C
+            from orin_rl.cli.train import _resume_command
+
             resume = f"; the last checkpoint continues with: {_resume_command(run)}"
         print(f"orin-rl {args.command}: interrupted{resume}", file=sys.stderr)
         return 130

@@ -8,8 +8,6 @@ import math
 from collections.abc import Callable
 from typing import NoReturn
 
-from orin_rl.config import Config
-
 
 class _Parser(argparse.ArgumentParser):
     """An ArgumentParser whose errors are one line with exit code 2, like orin-rl's others."""
@@ -92,6 +90,8 @@ def _batch_or_dynamic(text: str) -> int | str:
 def _train_default(key: str, preset: bool = False) -> str:
     """``(default: ...)`` of a train flag: config.py's value of ``key``, with ``preset``
     after the environment's preset (orin_rl/presets.py), which may set it first."""
+    from orin_rl.config import Config  # here: only a parser with train's flags needs it
+
     section, _, name = key.partition(".")
     value = getattr(getattr(Config(), section), name)
     shown = f"{value:,}" if type(value) is int else value

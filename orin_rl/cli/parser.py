@@ -570,8 +570,9 @@ COMMANDS = [
 """(name, flags, one-line help, description) of each command, in --help's order."""
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The ``orin-rl`` argument parser."""
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The ``orin-rl`` argument parser; with ``only``, that command's flags alone (all are
+    listed): the others' would import what it does not need (train's: the training config)."""
     parser = _Parser(
         prog="orin-rl",
         description=DESCRIPTION,
@@ -587,12 +588,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True, title="commands", metavar="COMMAND")
     for name, flags, help_line, description in COMMANDS:
-        flags(
-            sub.add_parser(
-                name,
-                help=help_line,
-                description=description,
-                formatter_class=_DefaultsHelpFormatter,
-            )
+        command = sub.add_parser(
+            name, help=help_line, description=description, formatter_class=_DefaultsHelpFormatter
         )
+        if only is None or name == only:
+            flags(command)
     return parser

@@ -154,7 +154,7 @@ def load(
 
     ``backend="auto"`` activates every backend the artefacts and this machine allow, times a
     few hundred calls of each and keeps the one with the lowest p99 (logged): for a small MLP a
-    CPU path often beats a GPU round trip.
+    CPU path often beats a GPU round trip. Where only one is allowed it is returned untimed.
     """
     found = _locate(model)
     path = Path(model)
@@ -187,6 +187,11 @@ def load(
         bundle.load_bundle(found["bundle"], precision=options.get("precision"))
     if not candidates:
         raise RuntimeBackendError(f"{model}: no backend can run it here (install onnxruntime)")
+    if len(candidates) == 1:  # nothing to choose from: no timing round (a second start, and
+        # random observations: numpy.random, 3 MiB more of a torch-free run without gymnasium)
+        name, kind, opts = candidates[0]
+        log.info("auto backend: %s (the only one this model and machine allow)", name)
+        return _make(kind, found, device, safe_action, **opts)
     timings: dict[str, dict[str, float]] = {}
     reasons: dict[str, str] = {}
     for name, kind, opts in candidates:

@@ -169,6 +169,45 @@ def test_run_without_torch(run_with_bundle, tmp_path, torch_installed):
     assert slowest[0] == pytest.approx(data["latency_us"]["max"])
 
 
+NOT_ON_THE_RUN_PATH = ("gymnasium", "numpy.random", "numpy.ma", "yaml", "orin_rl.config",
+                      "orin_rl.cli.train", "torch", "numba")  # fmt: skip
+"""What ``orin-rl run`` loads apart from its plant does not need (issue 67: the deploy image's
+resident memory, tools/bench_deploy_rss.py): gymnasium and numpy.random are a gymnasium plant's
+(CartPole steps with them), numpy.ma was np.percentile's, the rest the training side's."""
+
+
+def test_the_run_path_apart_from_its_plant_imports_no_plant_and_no_training(run_with_bundle):
+    """``orin-rl run`` on a CartPole bundle with the default ``auto`` backend, its plant
+    swapped for a still one: the command line, the bundle, ONNX Runtime's session, the loop and
+    its report import none of NOT_ON_THE_RUN_PATH (they did: the CLI loaded every command and
+    the training config, auto timed its only candidate on numpy.random's observations, the
+    report's percentiles imported numpy.ma)."""
+    code = textwrap.dedent(
+        f"""
+        import sys
+        sys.modules["torch"] = None  # as on a deploy image
+        sys.modules["numba"] = None
+        import numpy as np
+        import orin_rl.runtime.run as run
+        from orin_rl.cli import main
+
+        class Still:  # the plant's interface, without gymnasium
+            obs, returns = np.zeros((1, 4), np.float32), []
+            def sensor(self): return self.obs
+            def actuate(self, action): pass
+            def report(self): return {{}}
+
+        run.make_driver = lambda *args: Still()
+        rc = main(["-q", "run", "--model", r"{run_with_bundle / "bundle"}", "--rate", "0",
+                   "--steps", "50"])
+        print(rc, sorted(m for m in {NOT_ON_THE_RUN_PATH!r} if sys.modules.get(m) is not None))
+        """
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip().splitlines()[-1] == "0 []", proc.stdout[-500:]
+
+
 @pytest.mark.parametrize("model", ["missing-dir", "garbage"])
 def test_run_invalid_model_exit_2_one_line(tmp_path, model, capsys):
     from orin_rl import cli
