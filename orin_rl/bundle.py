@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import math
 import os
 from dataclasses import asdict, dataclass, field, replace
@@ -16,9 +17,13 @@ from typing import Any
 
 from orin_rl.errors import OrinError
 
+log = logging.getLogger(__name__)
+
 BUNDLE_FORMAT = "orin_rl.bundle/1"
 SIDECAR_FORMAT = "orin_rl.engine/1"
 MAX_JSON_BYTES = 16 << 20
+HASH_KEY = "bundle_sha256"
+"""policy.json's key for the sha256 of the rest of it (``content_sha256``)."""
 
 
 class BundleError(OrinError, ValueError):
@@ -80,11 +85,20 @@ class BundleInfo:
     where the environment is not a robot task."""
     format: str = BUNDLE_FORMAT
     """Bundle format tag."""
+    bundle_sha256: str | None = field(default=None, compare=False)
+    """sha256 of the rest of policy.json (``content_sha256``): the deploy contract, the
+    model's sha256 and every other field, so policy.json and the model it names are one unit;
+    written by ``to_json``, checked by ``load_bundle``. None: a bundle from before it."""
 
     def to_json(self) -> str:
         """Serialise as policy.json text: strict JSON (an unbounded action is ``null``, not
-        ``Infinity``, which a robot's C++ or Go parser rejects)."""
-        return json.dumps(_unbounded_as_null(asdict(self)), indent=2, allow_nan=False) + "\n"
+        ``Infinity``, which a robot's C++ or Go parser rejects), with ``bundle_sha256`` of
+        what it holds."""
+        data = _unbounded_as_null(asdict(self))
+        data.pop(HASH_KEY)
+        data = json.loads(json.dumps(data, allow_nan=False))  # as a reader parses it
+        data[HASH_KEY] = content_sha256(data)
+        return json.dumps(data, indent=2, allow_nan=False) + "\n"
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], source: str = "policy.json") -> BundleInfo:
@@ -126,6 +140,42 @@ def _null_bounds_as_inf(space: dict[str, Any]) -> dict[str, Any]:
         if isinstance(space.get(key), list):
             space[key] = [unbounded if v is None else v for v in space[key]]
     return space
+
+
+def content_sha256(data: dict[str, Any]) -> str:
+    """sha256 of a parsed policy.json without its ``bundle_sha256``, in a canonical form:
+    ±inf as ``null`` (what strict JSON holds), keys sorted, no whitespace
+    (``json.dumps(..., sort_keys=True, separators=(",", ":"))``)."""
+    body = {k: v for k, v in data.items() if k != HASH_KEY}
+    text = json.dumps(_unbounded_as_null(body), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+_UNSIGNED_WARNED: set[Path] = set()
+"""Bundles whose missing ``bundle_sha256`` was already warned of (once a process)."""
+
+
+def check_content(data: dict[str, Any], folder: Path) -> None:
+    """Refuse a policy.json whose content changed since it was written (its ``bundle_sha256``
+    differs); accept one from before the hash existed with a warning (once a process)."""
+    recorded = data.get(HASH_KEY)
+    if recorded is None:
+        if folder.resolve() not in _UNSIGNED_WARNED:
+            _UNSIGNED_WARNED.add(folder.resolve())
+            log.warning(
+                "%s: policy.json has no %s (exported before it existed): its deploy contract "
+                "and model are not checked as one; export it again to add it (`orin-rl export "
+                "RUN_DIR`, or `orin-rl export FILE.onnx --env TASK`)",
+                folder,
+                HASH_KEY,
+            )
+        return
+    if recorded != content_sha256(data):
+        raise BundleError(
+            f"{folder / 'policy.json'}: changed since it was exported ({HASH_KEY} differs: a "
+            "field was edited, the deploy contract or the model's sha256 among them); export "
+            "the bundle again (`orin-rl export RUN_DIR`) rather than editing it"
+        )
 
 
 def sha256_file(path: str | Path) -> str:
@@ -200,17 +250,18 @@ def load_bundle(
     """Read a bundle folder (or its policy.json); return the description and the ONNX path.
 
     ``precision`` or ``onnx_file`` pick another of its models (``select_model``). The ONNX
-    file must sit inside the bundle folder and match the recorded sha256.
+    file must sit inside the bundle folder; policy.json must hold what was exported
+    (``check_content``, always) and the ONNX file match its sha256 (``verify_hash``).
     """
     path = Path(path)
     folder = path if path.is_dir() else path.parent
-    info = BundleInfo.from_dict(
-        read_json(folder / "policy.json", "bundle description"), str(folder)
-    )
+    data = read_json(folder / "policy.json", "bundle description")
+    info = BundleInfo.from_dict(data, str(folder))
     info = select_model(info, precision, onnx_file)
     onnx_path = inside(folder, info.onnx_file)
     if not onnx_path.is_file():
         raise BundleError(f"{onnx_path}: the bundle's ONNX file is missing; export it again")
+    check_content(data, folder)
     if verify_hash and sha256_file(onnx_path) != info.onnx_sha256:
         raise BundleError(
             f"{onnx_path}: sha256 differs from policy.json (file changed or truncated); "

@@ -22,8 +22,9 @@ Every figure of motion comes from the twin's own base state (its report's series
 heading-frame forward and lateral speed, world yaw rate, height, tilt), never from the
 command: ``forward_speed_mean`` over the forward segment and ``yaw_rate_mean`` over the turn,
 each without its first ``--skip-s`` (1 s: the acceleration) and without the 3 s after the
-push (which falls in the forward one unless the walk is short), each cut at a fall. ``falls`` counts the twin's falls before the
-operator's stop (the collapse under damping after it is not one).
+push (which falls in the forward one unless the walk is short), each cut at a fall. ``falls`` is
+the twin's count of falls while the run drove the robot (the twin counts the collapse under
+damping after the operator's stop apart, as ``falls_after_end``).
 
 Writes OUT.json (``task``, ``train_steps``, ``train_wall_s``, ``gpu``, ``ticks``, ``falls``,
 ``deadline_misses``, ``command``, ``forward_speed_mean``, ``yaw_ticks``, ``yaw_rate_mean``,
@@ -58,7 +59,8 @@ PUSH_WATCH_S = 3.0
 PLANT_KEYS = ("falls", "velocity_source", "forward_velocity", "yaw_rate", "tracking_error_xy",
               "tracking_error_yaw", "command_range")  # fmt: skip
 """The plant's own figures kept in OUT.json (its tilt stops, its means over all policy ticks)."""
-TWIN_KEYS = ("mass_kg", "physics_dt", "late_steps", "seconds", "commands", "bad_crc", "falls")
+TWIN_KEYS = ("mass_kg", "physics_dt", "late_steps", "seconds", "commands", "bad_crc", "falls",
+             "falls_after_end")  # fmt: skip
 """The twin's figures kept in OUT.json (late steps: it fell behind real time)."""
 
 
@@ -162,7 +164,7 @@ def measure(twin: dict[str, Any], plan: Scenario, skip_s: float) -> dict[str, An
         raise SystemExit("the twin saw no command: the run never reached it")
     run = twin["runs"][0]
     base = run["base"]
-    falls = [t for t in run["falls_s"] if t < plan.stop_s]
+    falls = run["falls_s"]  # while the run drove the robot: the twin's own count
     cut = falls[0] if falls else None
     walk, turn = plan.segments
     exclude = []
@@ -226,13 +228,15 @@ def run_scenario(bundle: Path, plan: Scenario, domain: int, out: Path, late_fact
     if plan.push:
         argv += ["--push", "{at_s},{force_n},{duration_s}".format(**plan.push)]
     twin = subprocess.Popen(argv)
+    printer = StatusPrinter(sys.stdout, plain_every_s=10.0)
     try:  # the twin builds the task's model first (~10 s): run waits for its first state
         report = run_on_robot(bundle, "onnxruntime", "unitree-g1", plan.steps, domain=domain,
                               interface="lo", command="remote", wait_s=120.0,
                               safety={"late_factor": late_factor},
                               report=out.with_name(out.name + "_run.json"),
-                              status=StatusPrinter(sys.stdout, plain_every_s=10.0))  # fmt: skip
+                              status=printer)  # fmt: skip
     finally:
+        printer.end_line()  # a terminal's status line, before the table
         wire.release_domains()
         twin.terminate()  # SIGTERM: the twin writes its report and exits
         twin.wait(timeout=60)

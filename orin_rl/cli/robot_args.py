@@ -149,8 +149,9 @@ def sim_robot_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--report",
         type=Path,
-        help="write the twin's JSON report here on exit: counts, falls, each push, and each "
-        "run's base series every 20 ms (default: not written)",
+        help="write the twin's JSON report here on exit: counts, falls (while a run drives the "
+        "robot; after a run's end, folding under damping, apart), each push, and each run's "
+        "base series every 20 ms (default: not written)",
     )
 
 

@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import logging
 import sys
+import threading
 import time
+from collections.abc import Iterator
+from pathlib import Path
 from typing import TextIO
 
 import numpy as np
@@ -16,6 +21,7 @@ from orin_rl.cli.common import (
     output_file,
     plural,
 )
+from orin_rl.errors import OrinError
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -89,15 +95,21 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 EXIT_CODES = {"steps": 0, "operator stop": 0, "safety stop": 3, "interrupted": 130,
-              "terminated": 143}  # fmt: skip
-"""``run --plant``'s exit code for each way a run ends (``runtime.robot_run.ENDS``)."""
+              "terminated": 143, "no robot": 2, "refused": 2}  # fmt: skip
+"""``run --plant``'s exit code for each way a run ends (``runtime.robot_run.ENDS``; ``no
+robot`` and ``refused`` come as the one-line error, ``failed`` as its own)."""
 ROBOT_FLAGS = ("--command", "--command-every", "--dds-domain", "--dds-interface", "--dds-peers",
                "--stand-s", "--tilt-limit", "--late-factor", "--silence-s",
                "--wait-s")  # fmt: skip
 """Flags that mean something only with ``--plant`` (refused without it)."""
-PLANT_OVERRIDES = ("--rate", "--env", "--env-kwargs", "--plant-device")
-"""Flags of a simulated run that a robot plant decides itself (its contract's period, the
-robot): refused with ``--plant``."""
+PLANT_OVERRIDES = {
+    "--rate": "the robot runs the policy at its contract's period (step_dt)",
+    "--env": "the robot is the environment: the policy's input comes from its state",
+    "--env-kwargs": "the robot is the environment: there is no simulated env to configure",
+    "--plant-device": "it places a simulated env's physics; the robot's are its own",
+}
+"""Flags of a simulated run that a robot plant decides itself, each with why: refused with
+``--plant``."""
 
 
 def _given(args: argparse.Namespace, flag: str) -> bool:
@@ -109,12 +121,9 @@ def _run_robot(args: argparse.Namespace, loop: dict) -> int:
     from orin_rl.robot import wire
     from orin_rl.robot.remote import COMBOS
 
-    for flag in PLANT_OVERRIDES:
+    for flag, why in PLANT_OVERRIDES.items():
         if _given(args, flag):
-            raise UsageError(
-                f"{flag} does not apply to --plant {args.plant}: the robot runs the policy "
-                "at its contract's period on the robot; drop it"
-            )
+            raise UsageError(f"{flag} does not apply to --plant {args.plant}: {why}; drop it")
     wire.use_peers(args.dds_peers)
     combos = " · ".join(f"{combo} {step}" for step, combo in COMBOS.items())
     if args.velocity_command == "remote":
@@ -122,15 +131,21 @@ def _run_robot(args: argparse.Namespace, loop: dict) -> int:
               "right turn", flush=True)  # fmt: skip
     else:
         print(f"remote       {COMBOS['stop']} stops the robot (damping, latched)", flush=True)
+    printer = StatusPrinter(sys.stdout)
     try:
-        report = _drive(args, loop)
+        with printer.ends_line_before_logs():
+            report = _drive(args, loop, printer)
+    except OrinError as exc:  # a refusal after connecting: its report is written too
+        if args.report and Path(args.report).is_file():
+            raise OrinError(f"{exc} (report {args.report})") from None
+        raise
     finally:
         wire.release_domains()  # DDS's threads end before the interpreter's teardown
     _print_robot_summary(report, args)
     return EXIT_CODES[report["end"]]
 
 
-def _drive(args: argparse.Namespace, loop: dict) -> dict:
+def _drive(args: argparse.Namespace, loop: dict, printer: StatusPrinter) -> dict:
     from orin_rl.runtime.robot_run import run_on_robot
 
     return run_on_robot(
@@ -155,7 +170,7 @@ def _drive(args: argparse.Namespace, loop: dict) -> dict:
         backend_options=_backend_options(args, batch=1),
         precision=args.precision,
         wait_s=args.wait_s,
-        status=StatusPrinter(sys.stdout),
+        status=printer,
         ros2={
             "domain": args.ros_domain,
             "namespace": args.ros_namespace,
@@ -167,7 +182,7 @@ def _drive(args: argparse.Namespace, loop: dict) -> dict:
 def _print_robot_summary(report: dict, args: argparse.Namespace) -> None:
     lat = report["latency_us"]
     print(f"backend      {report['backend']} on {report['plant']} at {report['rate_hz']:g} Hz")
-    print(f"ticks        {report['ticks']} of {args.steps}; safety {report['safety_mode']}")
+    print(f"ticks        {report['ticks']} of {args.steps} (policy ticks run)")
     print(
         f"latency µs   p50 {lat['p50']:.1f}  p99 {lat['p99']:.1f}  max {lat['max']:.1f}; "
         f"{report['deadline_misses']} deadline misses"
@@ -179,16 +194,32 @@ def _print_robot_summary(report: dict, args: argparse.Namespace) -> None:
               f"{report['ros2_namespace']}: cmd_vel in; joint_states, imu, diagnostics "
               "out")  # fmt: skip
     end = report["end"]
-    cause = report["transitions"][-1]["cause"] if report["transitions"] else "-"
     where = f"; report {args.report}" if args.report else ""
-    print(f"end          {end} ({cause}): the robot was latched to damping; exit "
-          f"{EXIT_CODES[end]}{where}")  # fmt: skip
+    print(f"end          {end_text(report, args.steps)}; the robot was latched to damping; "
+          f"exit {EXIT_CODES[end]}{where}")  # fmt: skip
     stop = report["transitions"][-1] if report["transitions"] else None
     if end == "safety stop" and stop and stop["from"] == "passive":
         print(
             "hint         stopped before the stand-up: set the robot upright and still on its "
             "gantry (a twin is back in its start pose 1 s after a run), then run again"
         )
+
+
+SIGNAL_WORDS = {"interrupted": "Ctrl-C (SIGINT)", "terminated": "SIGTERM"}
+"""What the summary says of a run a signal ended."""
+
+
+def end_text(report: dict, steps: int) -> str:
+    """How the run ended, in the summary's words: the end and what caused it, once each."""
+    end = report["end"]
+    if end == "steps":
+        return f"steps: its {steps} ticks ran (--steps)"
+    if end in SIGNAL_WORDS:
+        return f"{end} by {SIGNAL_WORDS[end]}"
+    if end == "safety stop":
+        return f"safety stop: {report['safety_stop']}"
+    cause = report["transitions"][-1]["cause"] if report["transitions"] else "-"
+    return f"{end}: {cause}"
 
 
 NO_VELOCITY = (
@@ -234,9 +265,42 @@ class StatusPrinter:
         self.phase = ""
         self.last_plain = -float("inf")  # the first status line at once
         self.width = 0
+        self._lock = threading.RLock()  # the status thread, the main thread's logs
+
+    def end_line(self) -> None:
+        """End the status line a terminal shows (a newline after it), so that whatever is
+        written next starts on a line of its own; nothing where none is open."""
+        with self._lock:
+            if self.tty and self.width:
+                self.stream.write("\n")
+                self.stream.flush()
+                self.width = 0
+
+    @contextlib.contextmanager
+    def ends_line_before_logs(self) -> Iterator[None]:
+        """While inside, a log record ends the status line before it is written (the root
+        logger's handlers), and on the way out the line is ended for what follows."""
+
+        def end_first(record: logging.LogRecord) -> bool:
+            self.end_line()
+            return True
+
+        handlers = list(logging.getLogger().handlers)
+        for handler in handlers:
+            handler.addFilter(end_first)
+        try:
+            yield
+        finally:
+            for handler in handlers:
+                handler.removeFilter(end_first)
+            self.end_line()
 
     def __call__(self, status: dict) -> None:
         """One snapshot (``runtime.robot_run.Watch``)."""
+        with self._lock:
+            self._show(status)
+
+    def _show(self, status: dict) -> None:
         for t in status["transitions"][self.shown :]:
             self._line(f"  tick {t['tick']:>6}  {t['time_s']:8.3f} s  {t['from']} -> "
                        f"{t['to']}: {t['cause']}")  # fmt: skip
@@ -254,6 +318,7 @@ class StatusPrinter:
             self._line(text)
 
     def _line(self, text: str) -> None:
+        """A line of its own: the open status line is cleared first (rewritten after)."""
         if self.tty and self.width:
             self.stream.write("\r" + " " * self.width + "\r")
             self.width = 0

@@ -44,7 +44,8 @@ def cmd_sim_robot(args: argparse.Namespace) -> int:
     print(
         f"sim-robot    {report['seconds']:.1f} s, {report['commands']} commands "
         f"({report['bad_crc']} with a bad CRC), {report['states']} states, "
-        f"{report['falls']} falls, {report['late_steps']} late steps"
+        f"{report['falls']} falls while driven ({report['falls_after_end']} after a run's "
+        f"end, folding under damping), {report['late_steps']} late steps"
     )
     for push in report["pushes"]:
         fell = {True: "fell", False: "no fall", None: "not watched"}[push["fell"]]

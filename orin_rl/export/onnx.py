@@ -447,7 +447,7 @@ def export_bundle(
         info.variants["int8-qdq"] = _int8_variant(
             model_bytes, recorded, observations, reference, discrete, spec, out, batch
         )
-    write_private(out / "policy.json", info.to_json())
+    write_private(out / "policy.json", info.to_json())  # with its bundle_sha256: one unit
     elapsed = time.perf_counter() - start
     log.info("exported %s in %.1f s (parity max error %.2g)", out, elapsed, errors["max_abs_error"])
     return ExportResult(out, info, elapsed, onnx_path.stat().st_size)

@@ -135,36 +135,32 @@ class DeployContract:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], source: str = "policy.json") -> DeployContract:
-        """Build and check; a malformed section is a one-line ``RobotError``."""
+        """Build and check (``check``); a malformed section is a one-line ``RobotError``."""
         try:
             data = dict(data)
             data["observations"] = [ObservationTerm(**t) for t in data["observations"]]
             contract = cls(**data)
         except (KeyError, TypeError) as exc:
             raise RobotError(f"{source}: malformed deploy contract ({exc})") from None
-        contract.check(source)
+        try:
+            contract.check(source)
+        except RobotError as exc:
+            raise RobotError(f"{exc}; export the bundle again (`orin-rl export`)") from None
         return contract
 
     def check(self, source: str = "the deploy contract") -> None:
-        """Lengths agree, numbers are finite, sources are known."""
-        n = self.num_joints
-        for name in ("default_joint_pos", "action_scale", "action_offset", "stiffness",
-                     "damping"):  # fmt: skip
-            if len(getattr(self, name)) != n:
-                raise RobotError(f"{source}: {name} has {len(getattr(self, name))} values "
-                                 f"for {n} joints")  # fmt: skip
-        for name in ("effort_limit", "joint_pos_limits", "motor_index", "action_clip"):
-            value = getattr(self, name)
-            if value and len(value) != n:
-                raise RobotError(f"{source}: {name} has {len(value)} values for {n} joints")
-        for term in self.observations:
-            if term.robot_reports != (term.source in ROBOT_REPORTS):
-                raise RobotError(f"{source}: term {term.name!r} says robot_reports "
-                                 f"{term.robot_reports}, but its source is {term.source!r}; "
-                                 "export the bundle again")  # fmt: skip
-        if not (self.step_dt > 0 and math.isfinite(self.step_dt)):
-            raise RobotError(f"{source}: step_dt must be a positive period, got {self.step_dt}")
+        """Every field's shape and range, before anything reads it: finite numbers; one value
+        a joint in each per-joint list; gains and effort limits >= 0; every [low, high]
+        ordered; each motor index one of the robot's motors, naming that joint, once; a
+        positive period; each observation term as wide as its source (a joint term: one
+        value a joint, where the contract maps them to a robot's motors); a range for each
+        command term. One line naming the field where not."""
         _check_finite(asdict(self), source)
+        _check_joints(self, source)
+        _check_motors(self, source)
+        _check_period(self, source)
+        _check_observations(self, source)
+        _check_commands(self, source)
 
     def unsupported_terms(self) -> list[str]:
         """Observation terms a robot state does not provide (a height scan, ...)."""
@@ -196,12 +192,162 @@ class DeployContract:
         return [list(ranges[t]) for t in self.commands.get("terms", [])]
 
 
-def _check_finite(value: Any, where: str) -> None:
+SOURCE_DIMS = {"base_lin_vel": 3, "gyro": 3, "projected_gravity": 3}
+"""The width of each fixed-size source; ``JOINT_SOURCES`` are one value a joint."""
+JOINT_SOURCES = ("joint_pos_rel", "joint_vel_rel", "last_action")
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _count(value: Any) -> str:
+    return str(len(value)) if isinstance(value, list) else repr(value) + " as"
+
+
+def _numbers(values: Any, where: str, length: int, minimum: float | None = None) -> None:
+    """``values``: a list of ``length`` numbers, each >= ``minimum`` where given."""
+    if not isinstance(values, list) or len(values) != length:
+        raise RobotError(f"{where} has {_count(values)} values, {length} expected")
+    for i, value in enumerate(values):
+        if not _number(value):
+            raise RobotError(f"{where}[{i}] is {value!r}, not a number")
+        if minimum is not None and value < minimum:
+            raise RobotError(f"{where}[{i}] is {value:g}, below {minimum:g}")
+
+
+def _pair(value: Any, where: str) -> None:
+    """``value``: [low, high], two numbers, low <= high."""
+    if not (isinstance(value, list) and len(value) == 2 and all(map(_number, value))):
+        raise RobotError(f"{where} is {value!r}, not [low, high]")
+    if value[0] > value[1]:
+        raise RobotError(f"{where} is [{value[0]:g}, {value[1]:g}]: its low is above its high")
+
+
+def _check_joints(c: DeployContract, where: str) -> None:
+    names = c.joint_names
+    if not (isinstance(names, list) and names and all(isinstance(j, str) for j in names)):
+        raise RobotError(f"{where}: joint_names must be a list of joint names, got {names!r}")
+    if len(set(names)) != len(names):
+        twice = next(j for j in names if names.count(j) > 1)
+        raise RobotError(f"{where}: joint {twice!r} is in joint_names twice")
+    n = len(names)
+    for name in ("default_joint_pos", "action_scale", "action_offset"):
+        _numbers(getattr(c, name), f"{where}: {name}", n)
+    for name in ("stiffness", "damping"):  # a negative gain drives the joint away
+        _numbers(getattr(c, name), f"{where}: {name}", n, minimum=0.0)
+    if c.effort_limit:
+        _numbers(c.effort_limit, f"{where}: effort_limit", n, minimum=0.0)
+    for name in ("joint_pos_limits", "action_clip"):
+        pairs = getattr(c, name)
+        if not pairs:
+            continue
+        if not isinstance(pairs, list) or len(pairs) != n:
+            raise RobotError(f"{where}: {name} has {_count(pairs)} values, {n} expected")
+        for i, pair in enumerate(pairs):
+            _pair(pair, f"{where}: {name}[{i}] ({names[i]})")
+
+
+def _check_motors(c: DeployContract, where: str) -> None:
+    """Each policy joint's motor: an index of the robot's motors that names that joint, each
+    motor once (an index past the motors ended in a traceback)."""
+    from orin_rl.robot.robots import ROBOTS
+
+    index = c.motor_index
+    if index is None:
+        return
+    if not isinstance(index, list) or len(index) != c.num_joints:
+        raise RobotError(f"{where}: motor_index has {_count(index)} values, "
+                         f"{c.num_joints} expected")  # fmt: skip
+    spec = ROBOTS.get(c.robot) if isinstance(c.robot, str) else None
+    count = len(spec.motors) if spec else None
+    first: dict[int, int] = {}
+    for i, motor in enumerate(index):
+        joint = c.joint_names[i]
+        valid = isinstance(motor, int) and not isinstance(motor, bool) and motor >= 0
+        if not valid or (count is not None and motor >= count):
+            within = f": {spec.name} has motors 0 to {count - 1}" if spec else ""
+            raise RobotError(f"{where}: motor_index[{i}] ({joint}) is {motor!r}, not a "
+                             f"motor{within}")  # fmt: skip
+        if motor in first:
+            raise RobotError(f"{where}: motor_index[{i}] ({joint}) is motor {motor}, as is "
+                             f"motor_index[{first[motor]}]")  # fmt: skip
+        first[motor] = i
+        if spec is not None and spec.motors[motor] != joint:
+            raise RobotError(f"{where}: motor_index[{i}] puts {joint} on motor {motor}, which "
+                             f"is {spec.motors[motor]} on {spec.name}")  # fmt: skip
+
+
+def _check_period(c: DeployContract, where: str) -> None:
+    if not (_number(c.step_dt) and c.step_dt > 0):
+        raise RobotError(f"{where}: step_dt must be a positive period, got {c.step_dt!r}")
+    if c.physics_dt is not None and not (_number(c.physics_dt) and c.physics_dt > 0):
+        raise RobotError(f"{where}: physics_dt must be a positive step, got {c.physics_dt!r}")
+    decimation = c.decimation
+    if decimation is not None and not (_number(decimation) and int(decimation) == decimation
+                                       and decimation >= 1):  # fmt: skip
+        raise RobotError(f"{where}: decimation must be a positive integer, got {decimation!r}")
+    if (
+        c.physics_dt is not None
+        and decimation is not None
+        and not math.isclose(c.physics_dt * decimation, c.step_dt, rel_tol=1e-6)
+    ):
+        raise RobotError(f"{where}: step_dt {c.step_dt:g} is not physics_dt {c.physics_dt:g} "
+                         f"x decimation {decimation:g}")  # fmt: skip
+
+
+def _check_observations(c: DeployContract, where: str) -> None:
+    if not isinstance(c.observations, list) or not c.observations:
+        raise RobotError(f"{where}: observations must list the policy's input terms")
+    terms = c.commands.get("terms") if isinstance(c.commands, dict) else None
+    for term in c.observations:
+        at = f"{where}: observation term {term.name!r}"
+        if not (isinstance(term.dim, int) and not isinstance(term.dim, bool) and term.dim >= 1):
+            raise RobotError(f"{at}: dim {term.dim!r} is not a positive integer")
+        history = term.history_length
+        if not (isinstance(history, int) and not isinstance(history, bool) and history >= 0):
+            raise RobotError(f"{at}: history_length {history!r} is not an integer >= 0")
+        want = SOURCE_DIMS.get(term.source)
+        if term.source in JOINT_SOURCES and c.motor_index is not None:
+            want = c.num_joints  # a robot's joints (an arm's task may observe more than it acts)
+        elif term.source == "command" and terms:
+            want = len(terms)
+        if want is not None and term.dim != want:
+            raise RobotError(f"{at} ({term.source}) has dim {term.dim}; its source gives {want}")
+        if term.scale is not None:
+            scale = term.scale if isinstance(term.scale, list) else [term.scale]
+            _numbers(scale, f"{at}: scale", term.dim if len(scale) != 1 else 1)
+        if term.clip is not None:
+            _pair(term.clip, f"{at}: clip")
+        if term.robot_reports != (term.source in ROBOT_REPORTS):
+            raise RobotError(f"{where}: term {term.name!r} says robot_reports "
+                             f"{term.robot_reports}, but its source is "
+                             f"{term.source!r}")  # fmt: skip
+
+
+def _check_commands(c: DeployContract, where: str) -> None:
+    """A [low, high] range for each command term (and any other range given)."""
+    if not isinstance(c.commands, dict):
+        raise RobotError(f"{where}: commands is {c.commands!r}, not a mapping")
+    terms, ranges = c.commands.get("terms", []), c.commands.get("ranges", {})
+    if not isinstance(terms, list) or not isinstance(ranges, dict):
+        raise RobotError(f"{where}: commands needs a list of terms and a mapping of ranges")
+    for term in terms:
+        if term not in ranges:
+            raise RobotError(f"{where}: commands.ranges has no range for {term!r}")
+    for name, value in ranges.items():
+        _pair(value, f"{where}: commands.ranges.{name}")
+
+
+def _check_finite(value: Any, where: str, path: str = "") -> None:
+    """Every number in ``value`` finite; one line naming the first that is not (its ``path``
+    in the section)."""
     if isinstance(value, float) and not math.isfinite(value):
-        raise RobotError(f"{where}: {value} is not a finite number (policy.json must be JSON)")
+        raise RobotError(f"{where}: {path} is {value}, not a finite number (policy.json must "
+                         "be JSON)")  # fmt: skip
     if isinstance(value, dict):
         for k, v in value.items():
-            _check_finite(v, f"{where}.{k}")
+            _check_finite(v, where, f"{path}.{k}" if path else str(k))
     elif isinstance(value, list | tuple):
         for i, v in enumerate(value):
-            _check_finite(v, f"{where}[{i}]")
+            _check_finite(v, where, f"{path}[{i}]")

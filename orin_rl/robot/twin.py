@@ -14,9 +14,13 @@ implicitly, the effort limit clamping it), not held between commands. ``mode`` 0
 motor. Until ``hold_s`` after the first command with stiffness (the stand-up starting), a
 spring holds the pelvis where it started, as a gantry holds a real humanoid; then the robot
 stands on its own. A fall (pelvis below ``fall_height`` or tilted past 1 rad after the
-release) is counted in the twin's report. When the commands stop for ``reset_after_s`` (the run
-that drove it ended: its end, a stop, a fall), the twin puts the robot back in its start pose
-on the gantry, so every run finds it as the first one did.
+release) is counted in the twin's report: in ``falls`` while the run drives the robot, in
+``falls_after_end`` once the run has ended (a command of damping only after commands with
+stiffness: the run's stop latched damping, whatever stopped it), when a robot that stood folds
+under damping; each run's ``falls_s`` and ``falls_after_end_s`` say when. When the commands
+stop for ``reset_after_s`` (the run that drove it ended: its end, a stop, a fall), the twin
+puts the robot back in its start pose on the gantry, so every run finds it as the first one
+did.
 
 A ``Push`` (``--push AT_S,FORCE_N[,DURATION_S]``) perturbs the base as mjlab's ``push_robot``
 event does in training (it sets the base's velocity, up to ±0.5 m/s in x and y): a
@@ -26,7 +30,7 @@ robot's left at the push's start: its heading frame's +y; a negative force pushe
 seconds after the run's first command (the remote script's clock). The report records each:
 its time, force, duration, the impulse's Δv on the robot's mass (F·Δt / m, m from the model),
 the base's (pelvis) and the centre of mass's velocity change along the push, and whether a
-fall followed within ``FALL_WATCH_S``.
+fall followed within ``FALL_WATCH_S`` (None: the run ended first).
 
 The twin measures its own base for the run's report (``runs``): from each run's first
 command, every ``series_every_s`` (0.02 s: the policy's 50 Hz; None: no series), the time on
@@ -70,6 +74,12 @@ TASKS = {"unitree-g1": "Mjlab-Velocity-Flat-Unitree-G1"}
 CMD_FIELDS = tuple(f"motor_cmd[].{k}" for k in MOTOR_FIELDS)
 FALL_WATCH_S = 3.0
 """A push is survived when no fall follows within this long of its start."""
+FALL_KEYS = {
+    True: ("falls", "fall_times_s", "falls_s"),
+    False: ("falls_after_end", "falls_after_end_times_s", "falls_after_end_s"),
+}
+"""Where a fall is counted (the report's count and times, the run's times): while the run
+drives the robot (True), or after its end (False)."""
 SERIES = ("t", "sim_t", "forward", "lateral", "yaw_rate", "height", "tilt")
 """The base series' columns: run clock (s from the first command), physics time (s, same
 origin), pelvis speed in its heading frame (m/s), world-z yaw rate (rad/s), pelvis height (m),
@@ -166,7 +176,8 @@ class RobotTwin:
         self.pushes, self.series_every_s = tuple(pushes), series_every_s
         self._index_model()
         self._t0: float | None = None  # the twin's clock: its first step (``run``: its start)
-        self.report: dict[str, Any] = {"falls": 0, "fall_times_s": [], "commands": 0,
+        self.report: dict[str, Any] = {"falls": 0, "fall_times_s": [], "falls_after_end": 0,
+                                       "falls_after_end_times_s": [], "commands": 0,
                                        "bad_crc": 0, "states": 0, "resets": 0,
                                        "mass_kg": self.mass, "series_every_s": series_every_s,
                                        "series_columns": list(SERIES), "pushes": [],
@@ -204,6 +215,7 @@ class RobotTwin:
         self._first_stiff: float | None = None
         self._first_command: float | None = None
         self._last_command: float | None = None
+        self._ended: float | None = None  # the run's end: damping only after stiffness
         self._fallen = False
         self._run: dict[str, Any] | None = None  # this run's part of the report (``runs``)
         self._next_sample = 0.0
@@ -246,7 +258,8 @@ class RobotTwin:
         if self._first_command is None:
             self._first_command, self._run_sim_t0 = now, self.d.time
             self._run = {"first_command_s": round(now - self._t0, 3), "released_s": None,
-                         "falls_s": [], "base": {k: [] for k in SERIES}}  # fmt: skip
+                         "ended_s": None, "falls_s": [], "falls_after_end_s": [],
+                         "base": {k: [] for k in SERIES}}  # fmt: skip
             self.report["runs"].append(self._run)
         self._last_command = now
         m, used, act = self.m, self.used, self.act[self.used]
@@ -260,8 +273,21 @@ class RobotTwin:
         ff = cmd["motor_cmd[].tau"][used] + kd * cmd["motor_cmd[].dq"][used]
         self.tau_ff[:] = 0.0
         self.tau_ff[self.vadr[used]] = np.where(enabled, ff, 0.0)
-        if self._first_stiff is None and np.any(kp > 0):
-            self._first_stiff = now
+        self._driven(bool(np.any(kp > 0)), now)
+
+    def _driven(self, stiff: bool, now: float) -> None:
+        """The run's phase from its command: the first stiffness starts the stand-up (the
+        gantry's clock); damping only after it is the run's end (its stop latched damping);
+        stiffness again drives the robot again."""
+        if stiff:
+            if self._first_stiff is None:
+                self._first_stiff = now
+            self._ended = None
+        elif self._first_stiff is not None and self._ended is None:
+            self._ended = now
+            if self._run is not None:
+                self._run["ended_s"] = round(now - self._first_command, 3)
+            self._watching.clear()  # a push watched past the run's end: fell stays None
 
     def _remote_bytes(self, now: float) -> np.ndarray:
         """``wireless_remote`` now: the script's, timed from this run's first command."""
@@ -367,7 +393,7 @@ class RobotTwin:
             record["base_dv"] = float((base1 - base0) @ record["_dir"])
             record["com_dv"] = float((com1 - com0) @ record["_dir"])
             _settle(record)
-            if record["fell"] is None:  # (a fall during the push already answered it)
+            if record["fell"] is None and self._ended is None:  # (a fall answered it)
                 self._watching.append(record)
         t = now - self._first_command if self._first_command is not None else 0.0
         for record in [r for r in self._watching if t - r["at_s"] >= FALL_WATCH_S]:
@@ -378,11 +404,15 @@ class RobotTwin:
         if self._released_at is None or self._fallen:
             return
         if self.d.qpos[2] < self.fall_height or tilt(self.d.qpos[3:7]) > 1.0:
-            self.report["falls"] += 1
-            self.report["fall_times_s"].append(round(now - self._t0, 3))
             self._fallen = True
+            driven = self._ended is None  # else: a robot folding under the end's damping
+            count, times, in_run = FALL_KEYS[driven]
+            self.report[count] += 1
+            self.report[times].append(round(now - self._t0, 3))
             if self._run is not None:
-                self._run["falls_s"].append(round(now - self._first_command, 3))
+                self._run[in_run].append(round(now - self._first_command, 3))
+            if not driven:
+                return
             for record in self._pushing + self._watching:  # a push under way or watched
                 record["fell"] = True
             self._watching.clear()

@@ -53,6 +53,11 @@ from orin_rl.robot.safety import Mode, SafetyConfig, SafetyMachine
 
 log = logging.getLogger(__name__)
 
+
+class NoRobotError(RobotError):
+    """No state came on ``rt/lowstate`` within the wait: nothing answered on the wire."""
+
+
 STATE_FIELDS = (
     "mode_machine",
     "tick",
@@ -101,7 +106,7 @@ class CommandSource:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        self._rng = np.random.default_rng(self.seed)
+        self._rng = None  # made at the first draw: a fixed command never imports numpy.random
         self._until = -1.0
         self._current = None if self.value is None else np.asarray(self.value, dtype=np.float64)
 
@@ -110,6 +115,8 @@ class CommandSource:
             return self._current
         if t >= self._until:
             low, high = np.asarray(self.ranges, dtype=np.float64).T
+            if self._rng is None:
+                self._rng = np.random.default_rng(self.seed)
             self._current = self._rng.uniform(low, high)
             self._until = t + self.every_s
         return self._current
@@ -249,7 +256,10 @@ class UnitreePlant:
     def start(self, wait_s: float = 60.0) -> None:
         """Wait for the robot's state, check it, then PASSIVE → STAND → POLICY (on the
         remote's combinations where it drives). Returns in POLICY, or STOPPED where a stop
-        came first (the report says why); raises when no robot answers within ``wait_s``."""
+        came first (the report says why). Raises ``NoRobotError`` when no robot answers
+        within ``wait_s``, and ``RobotError`` where it refuses what answered (a second
+        publisher, a term a real robot does not report); either way the plant is closed,
+        its last transition naming why."""
         # The control loop collects garbage before its first tick: a full collection of a
         # large heap holds the GIL long enough (0.5 s seen with mjlab loaded) to starve the
         # command thread. Collect now, before any motor is driven, and freeze what survives
@@ -296,7 +306,7 @@ class UnitreePlant:
         time.sleep(0.2)  # discovery of any other publisher on the domain
         writers = self.state_in.matched_writers()
         if writers > 1:
-            self.close()
+            self.close(f"refused: {writers} publishers of rt/lowstate")
             raise RobotError(
                 f"{writers} publishers of rt/lowstate on {where}: two robots or twins share "
                 "it; stop the others or give each its own --dds-domain"
@@ -308,7 +318,10 @@ class UnitreePlant:
             if self.signalled is not None:
                 return
             if time.monotonic() > deadline:
-                self.close()
+                if self._state is None:
+                    self.close(f"no robot: no state on rt/lowstate within {wait_s:g} s")
+                    raise NoRobotError(self._silent_error(wait_s, where))
+                self.close("refused: nothing publishes rt/sportmodestate (base_lin_vel)")
                 raise RobotError(self._silent_error(wait_s, where))
             time.sleep(0.005)
 
@@ -521,7 +534,8 @@ def check_reported(plant: UnitreePlant) -> None:
     if mode_machine == 0:
         log.warning("%s; running it against a simulator (mode_machine 0)", refusal)
         return
-    plant.close()
+    terms = ", ".join(plant.contract.twin_only_terms())
+    plant.close(f"refused: a real {plant.spec.name} does not report {terms}")
     raise RobotError(f"{plant.spec.name} (mode_machine {mode_machine}): {refusal}")
 
 

@@ -221,6 +221,9 @@ def cached_bundle(path: str | Path) -> Path:
     digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
     root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "orin_rl"
     folder = root / "mjlab_imports" / digest
+    policy = folder / "policy.json"
+    if policy.is_file() and '"bundle_sha256"' not in policy.read_text():
+        shutil.rmtree(folder, ignore_errors=True)  # imported before the bundle's hash: again
     if not (folder / "policy.json").is_file():
         folder.parent.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=digest + ".", dir=folder.parent))

@@ -5,10 +5,14 @@ the plant (``robot.unitree``) stands the robot up through the safety state machi
 control loop runs the policy at the contract's period until ``steps`` ticks or a latched stop.
 Torch-free with ONNX Runtime or TensorRT.
 
-Every way a run ends writes the report, with ``end`` saying which (``ENDS``): its ``steps``, the
-operator's stop (the remote), a safety stop in any phase, Ctrl-C (``interrupted``) or SIGTERM
-(``terminated``); the robot is latched to damping in each. A ``status`` callback sees the run
-live (``Watch``).
+Every way a run ends once the plant is on the wire writes the report, with ``end`` saying which
+(``ENDS``): its ``steps``, the operator's stop (the remote), a safety stop in any phase, Ctrl-C
+(``interrupted``) or SIGTERM (``terminated``); ``no robot`` (no state within ``wait_s``),
+``refused`` (the plant would not drive what answered: a real robot lacking a term the policy
+reads, a second publisher of ``rt/lowstate``, no velocity source for a policy that reads one)
+and ``failed`` (an error of the run itself) carry the one-line reason in ``error`` and raise
+it once the report is written. The robot is latched to damping in each. A ``status`` callback
+sees the run live (``Watch``).
 """
 
 from __future__ import annotations
@@ -30,14 +34,16 @@ from orin_rl.runtime.stats import (
     LatencyRecorder,
     histogram_png,
     jitter_us,
+    percentile,
     summarize_us,
     write_report,
 )
 
 log = logging.getLogger(__name__)
 
-ENDS = ("steps", "operator stop", "safety stop", "interrupted", "terminated")
-"""How a robot run ended (the report's ``end``)."""
+ENDS = ("steps", "operator stop", "safety stop", "interrupted", "terminated", "no robot",
+        "refused", "failed")  # fmt: skip
+"""How a robot run ended (the report's ``end``; module docstring)."""
 
 
 class Terminated(Exception):
@@ -83,6 +89,11 @@ def contract_of(model: str | Path) -> Any:
     from orin_rl.robot.contract import DeployContract
 
     path = Path(model)
+    if not path.exists():
+        raise bundle_mod.BundleError(
+            f"{model}: no such bundle folder: give the folder `orin-rl export` wrote "
+            "(RUN/bundle, with policy.json and policy.onnx)"
+        )
     for folder in (path, path / "bundle", path.parent):
         if (folder / "policy.json").is_file():
             info, _ = bundle_mod.load_bundle(folder, verify_hash=False)
@@ -171,7 +182,7 @@ class Watch:
         """The status now."""
         n = min(self.recorder.count, self.recorder.capacity)
         recent = self.recorder.latency_ns[max(0, n - 500) : n]
-        p99 = float(np.percentile(recent, 99)) / 1e3 if n else None
+        p99 = percentile(np.sort(recent), 99) / 1e3 if n else None
         return {**self.robot.status(), "p99_us": p99, "misses": self.misses,
                 "transitions": list(self.robot.machine.transitions)}  # fmt: skip
 
@@ -236,15 +247,15 @@ def run_on_robot(
     on ROS 2 (``robot.ros2.Ros2Bridge``; ``ros2``: its options: domain, namespace,
     timeout_s). ``wait_s``: how long to wait for the robot's first state. ``status``: called
     with a live snapshot (``Watch``) from another thread."""
-    from orin_rl.robot.safety import Mode, SafetyConfig
+    from orin_rl.robot.safety import SafetyConfig
     from orin_rl.robot.unitree import UnitreePlant
 
+    if report:
+        Path(report).unlink(missing_ok=True)  # no stale report outlives a run that fails
     contract = contract_of(model)
     source = None if command == "ros2" else parse_command(command, contract, command_every_s)
     safety_cfg = SafetyConfig(**(safety or {}))
     safety_cfg.check()
-    if report:
-        Path(report).unlink(missing_ok=True)  # no stale report outlives a run that fails
     runner = load(model, backend, device, precision=precision, **(backend_options or {}))
     _check_width(runner, contract)
     bridge = None
@@ -272,32 +283,60 @@ def run_on_robot(
     if bridge:  # publishes the plant's state; times the loop's ticks for its diagnostics
         bridge.attach(robot)
         sensor, actuate = bridge.wrap(sensor, actuate)
-    end, result = "steps", None
     with signals_stop(robot), runner, watch, bridge or contextlib.nullcontext():
-        try:
-            robot.start(wait_s)
-            if robot.machine.mode is Mode.POLICY and robot.signalled is None:
-                result = ControlLoop(sensor, infer, actuate, cfg, safe_action=safe,
-                                     should_stop=robot.should_stop).run()  # fmt: skip
-        except KeyboardInterrupt:  # a second Ctrl-C
-            robot.signalled = robot.signalled or "interrupted"
-        except Terminated:  # a second SIGTERM
-            robot.signalled = robot.signalled or "terminated"
-        finally:
-            robot.closing = True  # signals from here on are ignored (signals_stop)
-            if robot.signalled is not None:
-                end = robot.signalled
-                robot.close(SIGNAL_CAUSES[end])
-            robot.close()
+        end, result, error = _drive(robot, wait_s, sensor, infer, actuate, cfg, safe)
     result = result or watch.result()
     out = {**runner.describe(), "rate_hz": rate, **result.to_dict(), **robot.report(),
            "end": _end(end, robot.machine)}  # fmt: skip
+    if error is not None:
+        out["error"] = str(error)
     out.update(bridge.description if bridge else {})
     if report:
         write_report(out, report)
     if histogram and len(result.latency_ns):
         histogram_png(result.latency_ns, histogram, f"{out['backend']} on {plant}", 1e6 / rate)
+    if error is not None:
+        raise error
     return out
+
+
+Ended = tuple[str, LoopResult | None, Exception | None]
+"""``_drive``'s answer: the end, the loop's result, the error that ended the run."""
+
+
+def _drive(robot: Any, wait_s: float, sensor: Callable, infer: Callable, actuate: Callable,
+           cfg: LoopConfig, safe: np.ndarray) -> Ended:  # fmt: skip
+    """Start the robot and run the loop; latch damping however it ends. Returns the end
+    (``ENDS``, before ``_end``), the loop's result (None where it did not run to its end) and
+    the error that ended it, if any (the caller writes the report, then raises it)."""
+    from orin_rl.robot import RobotError
+    from orin_rl.robot.safety import Mode
+    from orin_rl.robot.unitree import NoRobotError
+
+    end, result, error, started = "steps", None, None, False
+    try:
+        robot.start(wait_s)
+        started = True
+        if robot.machine.mode is Mode.POLICY and robot.signalled is None:
+            result = ControlLoop(sensor, infer, actuate, cfg, safe_action=safe,
+                                 should_stop=robot.should_stop).run()  # fmt: skip
+    except KeyboardInterrupt:  # a second Ctrl-C
+        robot.signalled = robot.signalled or "interrupted"
+    except Terminated:  # a second SIGTERM
+        robot.signalled = robot.signalled or "terminated"
+    except NoRobotError as exc:  # nothing answered within wait_s
+        end, error = "no robot", exc
+    except RobotError as exc:  # the start-up refused what answered; later: the run broke
+        end, error = ("failed" if started else "refused"), exc
+    except Exception as exc:  # reported, then raised again by the caller
+        end, error = "failed", exc
+    finally:
+        robot.closing = True  # signals from here on are ignored (signals_stop)
+        if robot.signalled is not None and error is None:
+            end = robot.signalled
+            robot.close(SIGNAL_CAUSES[end])
+        robot.close(f"run failed: {error}" if end == "failed" else "run ended")
+    return end, result, error
 
 
 def _end(end: str, machine: Any) -> str:

@@ -514,10 +514,12 @@ def test_run_on_a_task_that_is_not_locomotion_reports_terminations_not_falls(tmp
     env.close()
     contract = {"observations": [{"dim": obs_dim, "history_length": 0}],
                 "joint_names": ["j"] * act_dim}  # fmt: skip
+    from orin_rl.bundle import load_bundle
+
     bundle = linear_bundle(tmp_path / "bundle", contract)
-    info = json.loads((bundle / "policy.json").read_text())
-    info.update(env_id="Mjlab-Cartpole-Balance", deploy={})
-    (bundle / "policy.json").write_text(json.dumps(info))
+    info, _ = load_bundle(bundle)
+    info.env_id, info.deploy = "Mjlab-Cartpole-Balance", {}
+    (bundle / "policy.json").write_text(info.to_json())  # written again: its hash with it
     proc = subprocess.run(
         [sys.executable, "-m", "orin_rl.cli", "-q", "run", "--model", str(bundle), "--backend",
          "onnxruntime", "--rate", "0", "--steps", "20"], capture_output=True, text=True,

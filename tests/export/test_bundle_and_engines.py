@@ -150,6 +150,60 @@ class TestBundleFiles:
         assert os.stat(tmp_path / "m.onnx").st_mode & 0o777 == 0o600
 
 
+def _tiny_bundle(folder):
+    """A bundle whose model is a few bytes (load_bundle hashes the ONNX, it does not parse it)
+    and whose contract is one gain."""
+    folder.mkdir(parents=True)
+    (folder / "policy.onnx").write_bytes(b"onnx-bytes")
+    info = bundle.BundleInfo(
+        onnx_file="policy.onnx",
+        onnx_sha256=bundle.sha256_file(folder / "policy.onnx"),
+        opset=17,
+        precision="fp32",
+        inputs=[bundle.TensorSpec("obs", [1, 3], "float32")],
+        outputs=[bundle.TensorSpec("action", [1, 1], "float32")],
+        action_space={"kind": "continuous", "shape": [1], "low": [-1.0], "high": [1.0]},
+        normalizer=None,
+        parity_max_abs_error=0.0,
+        deploy={"stiffness": [40.0]},
+    )
+    (folder / "policy.json").write_text(info.to_json())
+    return folder
+
+
+class TestBundleHash:
+    """policy.json and the model it names are one unit (issue 67, item 2): ``bundle_sha256``
+    covers everything else in policy.json (the deploy contract, the model's sha256), written
+    with it and checked at every load; a bundle from before it loads with one warning."""
+
+    def test_an_edit_of_policy_json_is_refused_at_every_load(self, tmp_path):
+        """A changed stiffness ran (mutation: load_bundle without ``check_content``: the
+        edited bundle loads)."""
+        folder = _tiny_bundle(tmp_path / "b")
+        data = json.loads((folder / "policy.json").read_text())
+        assert data["bundle_sha256"] == bundle.content_sha256(data)
+        bundle.load_bundle(folder)
+        data["deploy"]["stiffness"][0] = 80.0
+        (folder / "policy.json").write_text(json.dumps(data))
+        for verify_hash in (True, False):  # the contract's readers skip the model's hash only
+            with pytest.raises(BundleError, match=r"policy\.json: changed since it was exported"):
+                bundle.load_bundle(folder, verify_hash=verify_hash)
+
+    def test_a_bundle_from_before_the_hash_loads_with_one_warning(self, tmp_path, caplog):
+        """Accepted, with one warning a process naming the command that adds the hash
+        (mutations: refused; warned at every load)."""
+        folder = _tiny_bundle(tmp_path / "b")
+        data = json.loads((folder / "policy.json").read_text())
+        del data["bundle_sha256"]
+        (folder / "policy.json").write_text(json.dumps(data))
+        with caplog.at_level("WARNING", logger="orin_rl.bundle"):
+            for _ in range(2):
+                info, _ = bundle.load_bundle(folder)
+        assert info.deploy == {"stiffness": [40.0]}
+        warned = [r.getMessage() for r in caplog.records if "bundle_sha256" in r.getMessage()]
+        assert len(warned) == 1 and "`orin-rl export RUN_DIR`" in warned[0], warned
+
+
 def strict_json(text: str):
     """Parse as a robot's C++ or Go parser does: ``Infinity``/``NaN`` are not JSON."""
 
@@ -201,6 +255,10 @@ class TestStrictJson:
         import_mjlab_onnx(mjlab_style_onnx, tmp_path / "b")
         path = tmp_path / "b" / "policy.json"
         data = json.loads(path.read_text())
+        # the hash is of the strict form: the same bounds as infinities keep it
+        space = {**data["action_space"], "low": [-math.inf] * 2, "high": [math.inf] * 2}
+        assert bundle.content_sha256({**data, "action_space": space}) == data["bundle_sha256"]
+        del data["bundle_sha256"]  # such bundles came before the hash too
         data["action_space"].update(low=[-math.inf, -1.0], high=[math.inf, 1.0])
         path.write_text(json.dumps(data))  # Python's default: allow_nan=True
         assert "-Infinity" in path.read_text()

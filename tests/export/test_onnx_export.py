@@ -148,6 +148,7 @@ def test_random_observations_cover_beyond_recorded(rng):
 def test_policy_json_round_trip(cartpole_run, tmp_path):
     export_bundle(cartpole_run, tmp_path / "b", parity_observations=64)
     data = json.loads((tmp_path / "b" / "policy.json").read_text())
+    assert data["bundle_sha256"] == bundle.content_sha256(data)  # the export signs it
     info = bundle.BundleInfo.from_dict(data)
     assert json.loads(info.to_json()) == data
 

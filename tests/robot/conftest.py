@@ -70,6 +70,31 @@ def real_contract() -> dict:
     return _contract(REAL_G1)
 
 
+def tiny_g1_contract() -> dict:
+    """A G1 deploy contract made by hand, without mjlab (its values are not the task's): the 29
+    motors in the SDK's order, the velocity task's actor terms (no ``base_lin_vel``), the
+    G1's command ranges. For what comes before any physics: the contract's checks, the
+    refusals, the ends before the stand-up."""
+    from orin_rl.robot.robots import G1
+
+    n = len(G1.motors)
+    terms = [("base_ang_vel", "gyro", 3), ("projected_gravity", "projected_gravity", 3),
+             ("joint_pos", "joint_pos_rel", n), ("joint_vel", "joint_vel_rel", n),
+             ("actions", "last_action", n), ("command", "command", 3)]  # fmt: skip
+    return {
+        "joint_names": list(G1.motors), "default_joint_pos": [0.0] * n,
+        "action_scale": [0.25] * n, "action_offset": [0.0] * n, "stiffness": [40.0] * n,
+        "damping": [2.0] * n, "step_dt": 0.02, "physics_dt": 0.005, "decimation": 4,
+        "observations": [{"name": name, "source": source, "dim": dim, "scale": None,
+                          "clip": None, "history_length": 0} for name, source, dim in terms],
+        "effort_limit": [50.0] * n, "joint_pos_limits": [[-2.0, 2.0] for _ in range(n)],
+        "commands": {"name": "twist", "terms": ["lin_vel_x", "lin_vel_y", "ang_vel_z"],
+                     "ranges": {"lin_vel_x": [-1.0, 1.0], "lin_vel_y": [-1.0, 1.0],
+                                "ang_vel_z": [-0.5, 0.5]}},
+        "robot": "unitree-g1", "motor_index": list(range(n)),
+    }  # fmt: skip
+
+
 def linear_bundle(folder: Path, contract: dict, weight: float = 0.0, bias=None) -> Path:
     """A bundle whose policy is action = weight · obs[:n] + bias (ONNX Runtime runs it)."""
     import onnx

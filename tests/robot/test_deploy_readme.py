@@ -47,9 +47,12 @@ def test_the_readme_sim_to_sim_block_runs_as_written(tmp_path, g1_contract):
     30 ms hiccup is not what this test is about). The remote script stands the robot up, starts the policy, pushes the stick
     forward and turns, then stops it: exit 0 ("operator stop"), the three transitions in order
     with the remote's causes, the sticks' commands in the report (the old README's block gave
-    up after 5 s: its --wait-s default; old run had no remote: both fail it)."""
+    up after 5 s: its --wait-s default; old run had no remote: both fail it). The twin line
+    carries ``--seconds``: a twin left running counted falls long after (mutation: the block's
+    twin without it)."""
     twin_line, run_line = _sim_to_sim_block()
     assert twin_line.startswith("orin-rl sim-robot") and twin_line.endswith("&")
+    assert "--seconds" in twin_line  # the block ends the twin it starts
     assert run_line.startswith("orin-rl run") and "--command remote" in run_line
     linear_bundle(tmp_path / "runs" / "g1" / "bundle", g1_contract)
     (tmp_path / "docs").symlink_to(ROOT / "docs")
@@ -90,6 +93,7 @@ def test_the_readme_sim_to_sim_block_runs_as_written(tmp_path, g1_contract):
     assert out.index("passive -> stand") < out.index("stand -> policy") < out.index("end "), out
     seen = json.loads((tmp_path / "twin.json").read_text())
     assert seen["commands"] > 500 and seen["bad_crc"] == 0 and seen["resets"] >= 1, seen
+    assert seen["falls"] == 0 and seen["falls_after_end"] == 0, seen  # held on its gantry
 
 
 def _stand_up_then_kill_the_twin(twin: subprocess.Popen, g1_contract: dict) -> None:

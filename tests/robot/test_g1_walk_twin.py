@@ -1,7 +1,8 @@
 """``tools/g1_walk_twin.py``'s arithmetic, on a synthetic twin series: the remote script and
 its sticks for the contract's ranges, and the means over the windows the script commanded
 (the first second of each segment left out, the 3 s after the push, everything after a fall;
-a collapse after the operator's stop is no fall). No DDS, no model: plain numbers."""
+the falls are the twin's count while the run drove the robot, a collapse after the operator's
+stop being counted apart by the twin). No DDS, no model: plain numbers."""
 
 from __future__ import annotations
 
@@ -61,13 +62,14 @@ def test_the_means_leave_out_the_acceleration_the_push_and_what_follows_a_fall()
     """A 10 s walk from 5.5 s, pushed at 12.17 s, a 3 s turn from 15.5 s. Forward speed over
     [walk + 1 s, push) and [push + 3 s, walk's end): 0.45 exactly, from 284 + 16 samples (the
     sway between left out); the yaw rate over [turn + 1 s, turn's end): 0.4 from 100; 500 and 150 ticks
-    held. A fall at 17.0 s cuts the turn (25 samples, 75 ticks held) and counts; a collapse
-    after the stop does not (mutations: no skip: the ramp lowers the means; no push window:
-    the sway raises the forward one; no cut at the fall: the turn's samples go on)."""
+    held. A fall at 17.0 s cuts the turn (25 samples, 75 ticks held) and counts; the twin's
+    collapse after the stop (its ``falls_after_end_s``) does not (mutations: no skip: the
+    ramp lowers the means; no push window: the sway raises the forward one; no cut at the
+    fall: the turn's samples go on; the falls after the end counted: 1 fall)."""
     plan = scenario(RANGES, forward_ticks=500, yaw_ticks=150)
     assert plan.push["at_s"] == pytest.approx(12.167, abs=1e-3)
     base = _series(plan, 23.0)
-    twin = {"runs": [{"base": base, "falls_s": [plan.stop_s + 0.5]}]}
+    twin = {"runs": [{"base": base, "falls_s": [], "falls_after_end_s": [plan.stop_s + 0.5]}]}
     out = measure(twin, plan, skip_s=1.0)
     assert out["falls"] == 0
     assert out["forward_speed_mean"] == pytest.approx(0.45)
@@ -77,7 +79,7 @@ def test_the_means_leave_out_the_acceleration_the_push_and_what_follows_a_fall()
     assert (out["forward_ticks"], out["yaw_ticks"]) == (500, 150)
     assert out["windows"]["yaw"]["forward"]["mean"] == 0.0
 
-    twin["runs"][0]["falls_s"] = [17.0, plan.stop_s + 0.5]
+    twin["runs"][0]["falls_s"] = [17.0]
     fell = measure(twin, plan, skip_s=1.0)
     assert fell["falls"] == 1 and fell["fall_times_s"] == [17.0]
     assert fell["windows"]["yaw"]["yaw_rate"]["samples"] == 25 and fell["yaw_ticks"] == 75

@@ -17,7 +17,7 @@ import time
 import numpy as np
 import pytest
 
-from tests.robot.conftest import StandIn, linear_bundle, require_dds
+from tests.robot.conftest import StandIn, linear_bundle, require_dds, tiny_g1_contract
 
 require_dds()
 
@@ -116,7 +116,7 @@ def test_ctrl_c_while_waiting_for_the_robot_ends_the_wait(bundle, tmp_path):
     about a tick, exit 130, the report says interrupted (the handler only sets a flag; the
     wait polls it)."""
     report = tmp_path / "run.json"
-    run = Run(bundle, 48, report)  # a domain no other test uses
+    run = Run(bundle, 43, report)  # a domain no other test uses (48 is test_unitree.py's)
     run.wait_for("waiting up to 30 s for the robot's state")  # its signal handlers are set
     assert run.proc.poll() is None
     start = time.monotonic()
@@ -222,18 +222,24 @@ def test_a_second_publisher_of_the_robots_state_is_refused(g1_contract):
         for robot in robots:
             robot.running = False
     assert max(robots[0].kp_seen, default=0.0) == 0.0  # nothing was stood up
+    assert plant.machine.transitions[-1]["cause"] == "refused: 2 publishers of rt/lowstate"
 
 
-@pytest.mark.parametrize("flag", [["--rate", "200"], ["--env", "Pendulum-v1"],
-                                  ["--plant-device", "cuda"]])  # fmt: skip
-def test_a_flag_the_plant_overrides_is_refused(flag, capsys):
+@pytest.mark.parametrize("flag, why", [(["--rate", "200"], "at its contract's period"),
+                                       (["--env", "Pendulum-v1"], "the robot is the environment"),
+                                       (["--env-kwargs", "{}"], "no simulated env to configure"),
+                                       (["--plant-device", "cuda"], "a simulated env's physics")])  # fmt: skip
+def test_a_flag_the_plant_overrides_is_refused_with_its_own_reason(flag, why, capsys):
     """``--rate 200`` with the G1 plant was silently ignored (the contract's period runs);
-    now refused in one line before anything loads (mutation: no check of the flags)."""
+    now refused in one line before anything loads, each flag with its own reason (``--env``
+    and ``--plant-device`` were refused with ``--rate``'s: mutations: no check of the flags;
+    one reason for all)."""
     from orin_rl.cli.app import main
 
     rc = main(["-q", "run", "--model", "nowhere", "--plant", "unitree-g1", *flag])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and f"{flag[0]} does not apply" in err[0], err
+    assert why in err[0], err
 
 
 def test_a_robot_flag_without_a_plant_is_refused(capsys):
@@ -289,6 +295,85 @@ def test_the_status_is_rewritten_on_a_terminal_and_plain_lines_when_piped():
         printer({**snap, "tick": tick})
     lines = piped.getvalue().splitlines()
     assert "\r" not in piped.getvalue() and sum(x.startswith("policy ") for x in lines) == 1
+
+
+def test_the_status_line_is_ended_before_any_other_output():
+    """On a terminal the status line has no newline of its own: the summary's first line
+    followed it on the same line ("misses 0backend ..."), and so did a log record; now a log
+    record inside the run, and the run's end, end it first (mutations: no newline at the end;
+    no filter on the log handlers)."""
+    import logging
+
+    from orin_rl.cli.run import StatusPrinter
+
+    snap = {"mode": "policy", "phase": "policy", "tick": 7, "command": None,
+            "velocity": None, "tilt": None, "p99_us": None, "misses": 0,
+            "transitions": []}  # fmt: skip
+    tty = _Terminal()
+    handler = logging.StreamHandler(tty)
+    logging.getLogger().addHandler(handler)
+    printer = StatusPrinter(tty)
+    try:
+        with printer.ends_line_before_logs():
+            printer(snap)
+            logging.getLogger("orin_rl.test").warning("a warning in the run")
+            printer({**snap, "tick": 8})
+    finally:
+        logging.getLogger().removeHandler(handler)
+    tty.write("backend      onnxruntime\n")  # the summary
+    text = tty.getvalue()
+    assert "misses 0\na warning in the run\n" in text, repr(text)
+    assert "misses 0\nbackend      onnxruntime\n" in text, repr(text)
+    assert text.count("\rpolicy   tick") == 2, repr(text)
+
+
+@pytest.mark.parametrize("end, cause, words", [
+    ("steps", "run ended", "end          steps: its 1500 ticks ran (--steps); the robot"),
+    ("operator stop", "remote stop (L2+B)", "end          operator stop: remote stop (L2+B); "),
+    ("interrupted", "interrupted (Ctrl-C)", "end          interrupted by Ctrl-C (SIGINT); "),
+    ("terminated", "terminated (SIGTERM)", "end          terminated by SIGTERM; "),
+    ("safety stop", "tilt 1.31 rad > 1", "end          safety stop: tilt 1.31 rad > 1; "),
+])  # fmt: skip
+def test_the_summary_says_what_ended_the_run_once(end, cause, words, capsys):
+    """After a normal end, an L2+B stop or Ctrl-C the summary said "ticks 1500 of 1500; safety
+    stopped" (the damping latch, read as a safety stop) and "end interrupted (interrupted
+    (Ctrl-C))"; now the ticks, and the end with its cause once (mutation: the old lines)."""
+    import argparse
+
+    from orin_rl.cli.run import _print_robot_summary
+
+    report = {"backend": "onnxruntime", "plant": "unitree-g1", "rate_hz": 50.0, "ticks": 1500,
+              "latency_us": {"p50": 1.0, "p99": 2.0, "max": 3.0}, "deadline_misses": 0,
+              "falls": 0, "velocity_source": None, "yaw_rate": None, "end": end,
+              "safety_mode": "stopped", "safety_stop": cause if end == "safety stop" else None,
+              "transitions": [{"from": "policy", "to": "stopped", "cause": cause}]}  # fmt: skip
+    _print_robot_summary(report, argparse.Namespace(steps=1500, report=None))
+    out = capsys.readouterr().out
+    assert "ticks        1500 of 1500 (policy ticks run)\n" in out, out
+    assert words in out and "safety stopped" not in out, out
+    assert "interrupted (interrupted" not in out and "(run ended)" not in out, out
+
+
+def test_no_robot_within_the_wait_writes_the_report_and_says_so(tmp_path, capsys):
+    """Nothing on the domain for ``--wait-s``: exit 2 with one line, which names the report;
+    the report is written, ``end`` "no robot" and ``error`` that line; the last transition
+    printed says why (no report was written, and it printed "passive -> stopped: run ended")
+    (mutation: the error raised from inside the run, before the report)."""
+    from orin_rl.cli.app import main
+
+    bundle = linear_bundle(tmp_path / "bundle", tiny_g1_contract())
+    report = tmp_path / "run.json"
+    rc = main(["-q", "run", "--model", str(bundle), "--plant", "unitree-g1", "--dds-domain",
+               "38", "--dds-interface", "lo", "--wait-s", "0.3", "--report", str(report)])  # fmt: skip
+    out, err = capsys.readouterr()
+    lines = err.strip().splitlines()
+    assert rc == 2 and len(lines) == 1 and "no unitree-g1 state on rt/lowstate" in lines[0], err
+    assert lines[0].endswith(f"(report {report})"), lines
+    data = json.loads(report.read_text())
+    assert data["end"] == "no robot" and data["ticks"] == 0, data
+    assert data["error"] in lines[0] and data["safety_stop"] is None, data
+    assert "passive -> stopped: no robot: no state on rt/lowstate within 0.3 s" in out, out
+    assert "run ended" not in out, out
 
 
 def test_run_without_cyclonedds_says_how_to_install_it(tmp_path, g1_contract):

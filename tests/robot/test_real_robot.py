@@ -58,17 +58,22 @@ def test_run_refuses_mjlabs_g1_on_a_real_g1_in_one_line(g1_contract, tmp_path):
     ``rt/sportmodestate``) with mjlab's G1 policy: one line naming ``base_lin_vel`` and the
     task to train, exit 2, no stiffness ever sent (mutation: no ``check_reported`` call in
     the start-up: the plant waited out its 5 s for a velocity and said "a state estimator, or
-    a policy trained without it", naming no task)."""
+    a policy trained without it", naming no task). The report is written, ``end``
+    "refused" (it was not, and the last line printed said "passive -> stopped: run ended";
+    mutation: the error raised from inside the run, before the report)."""
+    import json
+
     require_dds()
     contract = DeployContract.from_dict(g1_contract)
     bundle = linear_bundle(tmp_path / "bundle", g1_contract)
+    report = tmp_path / "run.json"
     robot = StandIn(40, contract, mode_machine=5, sport=False)
     robot.start()
     try:
         proc = subprocess.run(
             [sys.executable, "-m", "orin_rl.cli", "-q", "run", "--model", str(bundle),
              "--plant", "unitree-g1", "--dds-domain", "40", "--dds-interface", "lo",
-             "--steps", "5"],
+             "--steps", "5", "--report", str(report)],
             capture_output=True, text=True, timeout=120,
         )  # fmt: skip
     finally:
@@ -78,6 +83,11 @@ def test_run_refuses_mjlabs_g1_on_a_real_g1_in_one_line(g1_contract, tmp_path):
     assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
     assert "base_lin_vel" in lines[0] and REAL_G1 in lines[0], lines[0]
     assert robot.kp_seen and max(robot.kp_seen) == 0.0  # damping only reached it
+    data = json.loads(report.read_text())
+    assert data["end"] == "refused" and data["error"] in lines[0], data
+    cause = "refused: a real unitree-g1 does not report base_lin_vel"
+    assert data["transitions"][-1]["cause"] == cause, data["transitions"]
+    assert f"passive -> stopped: {cause}" in proc.stdout and "run ended" not in proc.stdout
 
 
 def test_the_twin_runs_mjlabs_g1_with_a_warning_and_a_g1_runs_the_real_task(

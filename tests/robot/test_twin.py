@@ -90,6 +90,38 @@ def test_the_twin_resets_after_a_run_and_a_second_twin_is_refused(g1_model):
         RobotTwin("unitree-g1", domain=34, interface="lo", model=twin.m)
 
 
+def test_a_fall_after_the_runs_end_is_counted_apart(g1_model):
+    """A long-running twin counted 6 falls for a policy that never fell: each run's end
+    latches damping and the robot folds. A fall while the run drives the robot (stiffness)
+    counts in ``falls``; once a command of damping only has come after stiffness (the run's
+    end), the fold counts in ``falls_after_end``, each in its run's own list too (mutation: no
+    end seen in the commands: the second fold counts as a fall). Stepped on a clock of its
+    own, its commands handed over without DDS."""
+    from orin_rl.robot.twin import RobotTwin
+    from orin_rl.robot.unitree import HgCodec
+
+    twin = RobotTwin("unitree-g1", domain=46, interface="lo", model=g1_model, hold_s=0.0)
+    codec, ones = HgCodec(), np.ones(35)
+    stiff = bytes(codec.lowcmd(np.zeros(35), 40.0 * ones, 2.0 * ones, ones, 0))
+    damping = bytes(codec.lowcmd(np.zeros(35), np.zeros(35), 3.0 * ones, ones, 0))
+    knocked = [np.cos(0.75), np.sin(0.75), 0.0, 0.0]  # rolled 1.5 rad
+    t = 0.0
+    for commands in ([stiff], [stiff, damping]):  # run 0 falls driven; run 1 after its end
+        for command in commands:
+            twin.cmd_in.take_latest = lambda command=command: command
+            for _ in range(3):
+                twin.step(t)
+                t += 0.002
+        twin.d.qpos[3:7] = knocked
+        twin.step(t)
+        twin.reset()  # (what 1 s without commands does)
+    report = twin.report
+    assert (report["falls"], report["falls_after_end"]) == (1, 1), report
+    (run0, run1) = report["runs"]
+    assert len(run0["falls_s"]) == 1 and run0["falls_after_end_s"] == [] and not run0["ended_s"]
+    assert run1["falls_s"] == [] and len(run1["falls_after_end_s"]) == 1 and run1["ended_s"]
+
+
 def test_a_tilted_twin_gives_the_safety_code_and_the_report(g1_model, g1_contract, tmp_path):
     """The twin started rolled 1.2 rad (1.31 read at the check here), stepping in real time; ``run``
     against it: the start-up check stops it before the stand-up, exit 3 with the summary and

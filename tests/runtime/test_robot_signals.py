@@ -50,3 +50,25 @@ def test_no_signal_interrupts_the_damping_latch():
     except KeyboardInterrupt:
         pytest.fail("a Ctrl-C interrupted the damping latch")
     assert robot.signalled == "interrupted"
+
+
+@pytest.mark.parametrize("raised, end", [("no state", "no robot"), ("refused", "refused"),
+                                         ("bug", "failed")])  # fmt: skip
+def test_an_error_after_connecting_is_an_end_of_its_own(raised, end):
+    """The plant's start raising (no robot within the wait, a refusal of what answered, an
+    error of the run's own) ends the run with its own ``end`` and the error, which the caller
+    writes into the report before raising it (they ended without a report); the robot is
+    latched to damping either way (mutation: no robot counted as a refusal)."""
+    from orin_rl.robot import RobotError
+    from orin_rl.robot.unitree import NoRobotError
+    from orin_rl.runtime.robot_run import _drive
+
+    error = {"no state": NoRobotError, "refused": RobotError, "bug": ValueError}[raised](raised)
+
+    def start(wait_s):
+        raise error
+
+    closed: list[str] = []
+    robot = SimpleNamespace(signalled=None, closing=False, start=start, close=closed.append)
+    assert _drive(robot, 0.1, None, None, None, None, None) == (end, None, error)
+    assert closed == (["run failed: bug"] if end == "failed" else ["run ended"]), closed
