@@ -87,8 +87,10 @@ def test_auto_gives_the_gemms_a_minibatch_the_gradient_kernel_does_not_take(
 def test_interrupted_fused_run_resumes_exactly(tmp_path, small_threads, monkeypatch, grads):
     """SIGTERM after two iterations, resume: the same losses as a run never interrupted, so the
     fused Adam moments, the parameters, the envs and the RNG all came back (the gradient
-    kernel's update, and the batched GEMMs')."""
-    straight = train(_cfg(**{"ppo.fused_grads": grads}), tmp_path / "straight", progress=False)
+    kernel's update, and the batched GEMMs'). Three iterations: the third is the resumed one
+    (the kernels run in Numba's simulator on the CPU: each iteration costs seconds)."""
+    over = {"ppo.fused_grads": grads, "train.total_steps": 48}
+    straight = train(_cfg(**over), tmp_path / "straight", progress=False)
     assert straight["fused"] == "rollout+update"
     original = Trainer._iterate
     calls = []
@@ -101,10 +103,10 @@ def test_interrupted_fused_run_resumes_exactly(tmp_path, small_threads, monkeypa
         return out
 
     monkeypatch.setattr(Trainer, "_iterate", iterate_then_signal)
-    first = train(_cfg(**{"ppo.fused_grads": grads}), tmp_path / "cut", progress=False)
+    first = train(_cfg(**over), tmp_path / "cut", progress=False)
     assert first["interrupted"] and first["total_steps"] == 32
     monkeypatch.setattr(Trainer, "_iterate", original)
-    train(_cfg(**{"ppo.fused_grads": grads}), tmp_path / "cut", resume=True, progress=False)
+    train(_cfg(**over), tmp_path / "cut", resume=True, progress=False)
     keys = ("global_step", "losses/policy", "losses/value", "losses/approx_kl")
     want = [{k: r[k] for k in keys} for r in read_metrics(tmp_path / "straight" / "metrics.jsonl")]
     got = [{k: r[k] for k in keys} for r in read_metrics(tmp_path / "cut" / "metrics.jsonl")]
