@@ -106,7 +106,8 @@ class CommandSource:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        self._rng = None  # made at the first draw: a fixed command never imports numpy.random
+        # a fixed command never imports numpy.random (the deploy image's memory)
+        self._rng = None if self.value is not None else np.random.default_rng(self.seed)
         self._until = -1.0
         self._current = None if self.value is None else np.asarray(self.value, dtype=np.float64)
 
@@ -115,8 +116,6 @@ class CommandSource:
             return self._current
         if t >= self._until:
             low, high = np.asarray(self.ranges, dtype=np.float64).T
-            if self._rng is None:
-                self._rng = np.random.default_rng(self.seed)
             self._current = self._rng.uniform(low, high)
             self._until = t + self.every_s
         return self._current
@@ -177,6 +176,7 @@ class UnitreePlant:
         self._lock = threading.Lock()
         self._state: dict[str, np.ndarray] | None = None
         self._velocity_w: np.ndarray | None = None
+        self._velocity_time = -float("inf")  # when rt/sportmodestate last arrived
         self._state_time = 0.0
         self._running = False
         self._thread: threading.Thread | None = None
@@ -202,7 +202,7 @@ class UnitreePlant:
             if sport is not None:
                 velocity = self.codec.sport_velocity(sport).astype(np.float64)
                 with self._lock:
-                    self._velocity_w = velocity
+                    self._velocity_w, self._velocity_time = velocity, now
 
     def _buttons(self, pad: RemoteState) -> None:
         """The remote's combinations: stop at any time; stand and policy where it drives."""
@@ -387,6 +387,14 @@ class UnitreePlant:
             self._frozen = False
         self.participant = None
 
+    def _measured_velocity(self) -> np.ndarray | None:
+        """The world-frame base velocity for the report and the status line: None where
+        ``rt/sportmodestate`` has been silent for the safety machine's ``silence_s`` (a source
+        that stopped is not measuring; its last value is not the robot's motion now)."""
+        with self._lock:
+            velocity_w, since = self._velocity_w, time.monotonic() - self._velocity_time
+        return velocity_w if since <= self.machine.cfg.silence_s else None
+
     # ------------------------------------------------------------------ the control loop's side
     def sensor(self) -> np.ndarray:
         """(1, obs_dim) from the newest state."""
@@ -404,7 +412,7 @@ class UnitreePlant:
         )  # fmt: skip
         command = clamp(self._command(), self.ranges)
         if self.machine.mode is Mode.POLICY:
-            self._track(command, quat, gyro, velocity_w)
+            self._track(command, quat, gyro, self._measured_velocity())
         return self.builder.build(robot, command)[None]
 
     def _track(self, command: np.ndarray, quat: np.ndarray, gyro: np.ndarray,
@@ -424,7 +432,8 @@ class UnitreePlant:
         """What the operator sees live: mode, phase, tick, command, measured velocity
         (forward, lateral; None without ``rt/sportmodestate``), yaw rate (IMU) and tilt."""
         with self._lock:
-            state, velocity_w = self._state, self._velocity_w
+            state = self._state
+        velocity_w = self._measured_velocity()
         out: dict[str, Any] = {"mode": self.machine.mode.value, "phase": self.phase,
                                "tick": self.counts["ticks"], "command": None,
                                "velocity": None, "yaw_rate": None, "tilt": None}  # fmt: skip

@@ -327,7 +327,8 @@ def _drive(robot: Any, wait_s: float, sensor: Callable, infer: Callable, actuate
     except NoRobotError as exc:  # nothing answered within wait_s
         end, error = "no robot", exc
     except RobotError as exc:  # the start-up refused what answered; later: the run broke
-        end, error = ("failed" if started else "refused"), exc
+        driven = started or any(t["to"] == "stand" for t in robot.machine.transitions)
+        end, error = ("failed" if driven else "refused"), exc  # refused: nothing was driven
     except Exception as exc:  # reported, then raised again by the caller
         end, error = "failed", exc
     finally:

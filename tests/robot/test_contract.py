@@ -149,3 +149,21 @@ def test_a_missing_bundle_folder_is_named_missing(tmp_path, capsys):
     folder is there)."""
     rc, err = _run(tmp_path / "runs" / "g1" / "bundle", capsys)
     assert rc == 2 and len(err) == 1 and "bundle: no such bundle folder" in err[0], err
+
+
+def test_the_shipped_g1_bundle_loads_whole():
+    """docs/examples/g1_walk_bundle (the README's policy for a user without a GPU: the one
+    g1_walk_h200 measured) loads as a run loads it: its hash over policy.json, its model's
+    sha256, every contract field; an actor a real G1 can feed (no ``base_lin_vel``)."""
+    from pathlib import Path
+
+    from orin_rl.bundle import load_bundle
+
+    folder = Path(__file__).resolve().parents[2] / "docs" / "examples" / "g1_walk_bundle"
+    info, onnx_path = load_bundle(folder, verify_hash=True)
+    assert info.bundle_sha256 and onnx_path.is_file()
+    assert info.env_id == "Orin-Velocity-Flat-Unitree-G1-Real"
+    contract = DeployContract.from_dict(info.deploy)
+    contract.check()
+    sources = {t.source for t in contract.observations}
+    assert "base_lin_vel" not in sources and "gyro" in sources

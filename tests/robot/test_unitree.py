@@ -155,8 +155,10 @@ def test_the_plant_measures_yaw_rate_from_the_imu_and_velocity_where_published(r
     report has the forward and lateral velocity from it, the yaw rate from the IMU, and both
     tracking errors (hypot(0.1, 0.1) and 0.2); where it is not (a G1 in low-level mode) it says
     so (no velocity source, velocity None) and still has the yaw rate. The policy's input is
-    the same 96 values either way (mutations: the gyro's own z as the yaw rate: 0.300 → 0.298; the
-    sportmodestate read only for a policy that reads base_lin_vel, as before: no velocity)."""
+    the same 96 values either way; a sportmodestate that falls silent is no longer measured
+    (mutations: the gyro's own z as the yaw rate: 0.300 → 0.298; the sportmodestate read only
+    for a policy that reads base_lin_vel, as before: no velocity; its last value kept for ever:
+    the silent source still reads 0.4)."""
     from orin_rl.robot.unitree import CommandSource
 
     contract = DeployContract.from_dict(real_contract)
@@ -181,6 +183,11 @@ def test_the_plant_measures_yaw_rate_from_the_imu_and_velocity_where_published(r
             assert result.iterations == 20
             inputs[sport] = plant.sensor()
             status[sport] = plant.status()
+            if sport:  # the source falls silent: its last value is no longer measured
+                robot.sport_layout = None
+                time.sleep(0.3)  # > silence_s (0.1 s)
+                assert plant.status()["velocity"] is None
+                assert plant.status()["yaw_rate"] == pytest.approx(0.3, abs=1e-5)
         finally:
             plant.close()
             robot.running = False

@@ -53,22 +53,28 @@ def test_no_signal_interrupts_the_damping_latch():
 
 
 @pytest.mark.parametrize("raised, end", [("no state", "no robot"), ("refused", "refused"),
-                                         ("bug", "failed")])  # fmt: skip
+                                         ("bug", "failed"), ("in the stand-up", "failed")])  # fmt: skip
 def test_an_error_after_connecting_is_an_end_of_its_own(raised, end):
     """The plant's start raising (no robot within the wait, a refusal of what answered, an
-    error of the run's own) ends the run with its own ``end`` and the error, which the caller
-    writes into the report before raising it (they ended without a report); the robot is
-    latched to damping either way (mutation: no robot counted as a refusal)."""
+    error of the run's own, a robot error once the stand-up has begun: the robot was driven,
+    so no refusal) ends the run with its own ``end`` and the error, which the caller writes
+    into the report before raising it (they ended without a report); the robot is latched to
+    damping either way (mutations: no robot counted as a refusal; an error in the stand-up
+    called a refusal)."""
     from orin_rl.robot import RobotError
     from orin_rl.robot.unitree import NoRobotError
     from orin_rl.runtime.robot_run import _drive
 
-    error = {"no state": NoRobotError, "refused": RobotError, "bug": ValueError}[raised](raised)
+    kinds = {"no state": NoRobotError, "refused": RobotError, "bug": ValueError,
+             "in the stand-up": RobotError}  # fmt: skip
+    error = kinds[raised](raised)
+    began = [{"from": "passive", "to": "stand"}] if raised == "in the stand-up" else []
 
     def start(wait_s):
         raise error
 
     closed: list[str] = []
-    robot = SimpleNamespace(signalled=None, closing=False, start=start, close=closed.append)
+    robot = SimpleNamespace(signalled=None, closing=False, start=start, close=closed.append,
+                            machine=SimpleNamespace(transitions=began))  # fmt: skip
     assert _drive(robot, 0.1, None, None, None, None, None) == (end, None, error)
-    assert closed == (["run failed: bug"] if end == "failed" else ["run ended"]), closed
+    assert closed == ([f"run failed: {raised}"] if end == "failed" else ["run ended"]), closed
