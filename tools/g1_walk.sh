@@ -20,7 +20,7 @@
 #
 # The code runs from a copy pinned at the first call (/tmp/orin_src), so edits to the tree
 # between calls never reach a resumed run. On the CPU afterwards: `orin-rl export RUN`, then
-# tools/g1_walk_twin.py on the bundle and tools/g1_walk_report.py for the curves.
+# tools/g1_walk_twin.py on the bundle and tools/train_curves.py for the curves.
 set -uo pipefail
 export MUJOCO_GL=disable WANDB_MODE=disabled
 OUT=${OUT:-/tmp/out}
@@ -30,7 +30,7 @@ LOG=/tmp/work/train.log
 PIDF=/tmp/work/train.pid
 mkdir -p "$OUT" /tmp/work
 
-if [ "$1" = probe ]; then
+if [ "${1:-}" = probe ]; then
   if [ "${2:-}" = check ]; then
     if kill -0 "$(cat /tmp/probe.pid 2>/dev/null)" 2>/dev/null; then echo "probe: alive"; else echo "probe: gone"; fi
   else
@@ -40,13 +40,13 @@ if [ "$1" = probe ]; then
   exit 0
 fi
 
-[ "$1" = train ] || { echo "usage: $0 probe [check] | train CALL_S WALL_S" >&2; exit 2; }
+[ "${1:-}" = train ] || { echo "usage: $0 probe [check] | train CALL_S WALL_S" >&2; exit 2; }
 CALL_S=${2:?CALL_S}; WALL_S=${3:?WALL_S}
 [ -d /tmp/orin_src ] || { cp -a "$PWD" /tmp/orin_src && rm -rf /tmp/orin_src/.gpuset; }
 export PYTHONPATH=/tmp/mjl:/tmp/site:/tmp/orin_src
 cd /tmp/orin_src
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader > "$OUT/gpu.txt"
-alive() { [ -f "$PIDF" ] && kill -0 "$(cat "$PIDF")" 2>/dev/null; }
+alive() { [ -s "$PIDF" ] && grep -qa orin_rl "/proc/$(cat "$PIDF")/cmdline" 2>/dev/null; }
 began=$SECONDS
 
 if alive; then
@@ -59,28 +59,33 @@ else
           --total-steps 1000000000 --out "$RUN" --set "train.max_wall_s=$WALL_S")
   fi
   echo "=== $(date -u +%T) orin-rl ${args[*]}" >> "$LOG"
-  setsid nohup python3 -m orin_rl.cli "${args[@]}" >> "$LOG" 2>&1 < /dev/null &
-  echo $! > "$PIDF"
+  rm -f "$PIDF" /tmp/work/train.rc
+  # the process writes its own pid (setsid may fork) and, when it ends, its exit status
+  setsid nohup bash -c 'echo $$ > "$1"; shift; python3 -m orin_rl.cli "$@"; echo $? > /tmp/work/train.rc' \
+    _ "$PIDF" "${args[@]}" >> "$LOG" 2>&1 < /dev/null &
+  for _ in 1 2 3 4 5 6 7 8 9 10; do [ -s "$PIDF" ] && break; sleep 0.2; done
   echo "started pid $(cat "$PIDF"): ${args[*]}"
 fi
 
-if [ "${DIAG:-0}" = 1 ]; then
+if [ "${DIAG:-0}" = 1 ] && [ "$CALL_S" -gt 250 ]; then
   ( sleep 150; timeout $((CALL_S - 190)) python3 tools/diagnose_mjlab_unit.py \
       --out "$OUT/mjlab_unit_diagnosis.json" > "$OUT/diagnose_unit.log" 2>&1 ) &
   diag=$!
 fi
 
 while alive && [ $((SECONDS - began)) -lt "$CALL_S" ]; do sleep 5; done
-alive && echo "still training after ${CALL_S}s" || echo "training process ended"
+if alive; then echo "still training after ${CALL_S}s"
+else echo "training process ended: exit status $(cat /tmp/work/train.rc 2>/dev/null || echo unknown)"; fi
 [ -n "${diag:-}" ] && wait "$diag"  # its own timeout ends it before CALL_S
 
 cp "$RUN/metrics.jsonl" "$RUN/config.yaml" "$OUT/" 2>/dev/null
 [ -f "$RUN/summary.json" ] && ! alive && cp "$RUN/summary.json" "$OUT/"
-python3 - "$RUN/checkpoint.pt" "$OUT/checkpoint.pt" <<'PY' || echo "no checkpoint yet"
-import sys, torch
+[ -f "$RUN/checkpoint.pt" ] && python3 - "$RUN/checkpoint.pt" "$OUT/checkpoint.pt" <<'PY' || echo "no checkpoint yet"
+import os, sys, torch
 state = torch.load(sys.argv[1], map_location="cpu", weights_only=True)
 state["env_state"], state["obs"] = None, None  # the 4,096 worlds' state: the policy is the rest
-torch.save(state, sys.argv[2])
+torch.save(state, sys.argv[2] + ".part")  # a call cut mid-write sends no truncated file back
+os.replace(sys.argv[2] + ".part", sys.argv[2])
 print(f"checkpoint: step {state['global_step']}, iteration {state['algo'].get('iteration')}")
 PY
 grep -a -v "^Warp\|^Module \|^\[INFO\]" "$LOG" | tail -c 6000 > "$OUT/train_log_tail.txt"

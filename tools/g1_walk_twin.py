@@ -14,8 +14,8 @@ stop, damping). The stick values are computed from the bundle's command ranges
 right stick's x is minus the turn) and checked back through the bytes the remote sends
 (float32). The twin (``orin-rl sim-robot``, its own process, loopback DDS) plays the script
 and pushes the pelvis sideways (``--push-n`` newtons to the left for ``--push-s``, two thirds
-into the forward segment: the G1's 33.3 kg take 110 N × 0.15 s as 0.49 m/s, the largest push
-of mjlab's training, which sets the base's velocity up to ±0.5 m/s); ``run_on_robot`` (what
+into the forward segment: the G1's 33.3 kg take 110 N × 0.15 s as 0.49 m/s, the per-axis
+bound of mjlab's training push, which adds up to ±0.5 m/s in x and in y to the base's velocity); ``run_on_robot`` (what
 ``orin-rl run --plant unitree-g1 --command remote`` runs) drives it.
 
 Every figure of motion comes from the twin's own base state (its report's series every 20 ms:
@@ -239,7 +239,11 @@ def run_scenario(bundle: Path, plan: Scenario, domain: int, out: Path, late_fact
         printer.end_line()  # a terminal's status line, before the table
         wire.release_domains()
         twin.terminate()  # SIGTERM: the twin writes its report and exits
-        twin.wait(timeout=60)
+        try:
+            twin.wait(timeout=60)
+        except subprocess.TimeoutExpired:  # never leave a twin behind, nor hide the run's error
+            twin.kill()
+            twin.wait()
     if not twin_report.is_file():
         raise SystemExit(f"the twin wrote no report ({twin_report}); exit {twin.returncode}")
     seen = json.loads(twin_report.read_text())

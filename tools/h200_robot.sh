@@ -35,7 +35,7 @@ if [ "$1" = sim2sim ]; then
   python3 tools/g1_walk_twin.py /tmp/work/ours-g1/bundle --train-summary /tmp/work/ours-g1/summary.json \
     --forward-ticks "${TICKS:-3000}" --task-device cuda --domain 7 --out "$OUT/g1_walk_ours_h200" \
     2>&1 | grep -v "^Warp\|Warning" | tail -24
-  [ -n "$onnx" ] && python3 tools/g1_walk_twin.py /tmp/work/mjlab-bundle --gpu "NVIDIA H200" \
+  [ -n "$onnx" ] && python3 tools/g1_walk_twin.py /tmp/work/mjlab-bundle --gpu "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)" \
     --forward-ticks "${TICKS:-3000}" --task-device cuda --domain 8 --out "$OUT/g1_walk_mjlab_h200" \
     2>&1 | grep -v "^Warp\|Warning" | tail -24
   exit 0

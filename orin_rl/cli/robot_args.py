@@ -144,7 +144,7 @@ def sim_robot_flags(p: argparse.ArgumentParser) -> None:
         help="push the pelvis sideways: FORCE_N newtons to the robot's left (negative: right; "
         "its heading at the push) for DURATION_S seconds (default 0.15), AT_S seconds after "
         "each run's first command (--remote-script's clock); repeatable. The G1's 33.3 kg "
-        "take 110 N for 0.15 s as 0.5 m/s, the largest push of mjlab's training",
+        "take 110 N for 0.15 s as 0.5 m/s, the per-axis bound of mjlab's training push",
     )
     p.add_argument(
         "--report",

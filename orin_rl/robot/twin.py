@@ -23,7 +23,7 @@ puts the robot back in its start pose on the gantry, so every run finds it as th
 did.
 
 A ``Push`` (``--push AT_S,FORCE_N[,DURATION_S]``) perturbs the base as mjlab's ``push_robot``
-event does in training (it sets the base's velocity, up to ±0.5 m/s in x and y): a
+event does in training (it adds up to ±0.5 m/s in x and in y to the base's velocity, every 1-3 s): a
 world-frame force on the pelvis (``xfrc_applied``, at its centre of mass), lateral (the
 robot's left at the push's start: its heading frame's +y; a negative force pushes right), for
 ``DURATION_S`` seconds (counted in physics steps, so the impulse F·Δt is exact), ``AT_S``

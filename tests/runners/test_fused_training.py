@@ -36,7 +36,7 @@ def _cfg(**over) -> Config:
         "env.env_id": "CartPole-v1", "env.backend": "gpu", "env.num_envs": 2,
         "ppo.num_steps": 8, "ppo.num_minibatches": 2, "ppo.num_epochs": 2,
         "ppo.hidden_sizes": [8, 8], "ppo.ent_coef": 0.01, "ppo.fused": "on",
-        "train.device": "cuda" if HAS_CUDA else "cpu", "train.total_steps": 64,
+        "train.device": "cuda" if HAS_CUDA else "cpu", "train.total_steps": 32,
         "train.eval_every": 0, "train.eval_episodes": 2, "train.log_every": 1,
         "train.checkpoint_every": 1, "train.tensorboard": False,
         **over,
@@ -52,7 +52,7 @@ def test_fused_run_trains_logs_and_says_which_path(tmp_path, small_threads, capl
     assert summary["fused"] == "rollout+update" and summary["fused_grads"] == "kernel"
     assert "fused PPO kernels: the rollout in one kernel, the update in" in caplog.text
     records = read_metrics(tmp_path / "run" / "metrics.jsonl")
-    assert [r["global_step"] for r in records] == [16, 32, 48, 64]
+    assert [r["global_step"] for r in records] == [16, 32]
     for r in records:
         assert all(math.isfinite(r[f"losses/{k}"]) for k in ("policy", "value", "entropy"))
         assert 0.0 < r["losses/entropy"] <= math.log(2) + 1e-6
@@ -66,7 +66,7 @@ def test_fused_gemm_run_trains_and_says_so(tmp_path, small_threads, caplog):
     assert summary["fused"] == "rollout+update" and summary["fused_grads"] == "gemm"
     assert "the update's gradients by batched GEMMs (ppo.fused_grads=gemm)" in caplog.text
     records = read_metrics(tmp_path / "run" / "metrics.jsonl")
-    assert [r["global_step"] for r in records] == [16, 32, 48, 64]
+    assert [r["global_step"] for r in records] == [16, 32]
     assert all(0.0 < r["losses/entropy"] <= math.log(2) + 1e-6 for r in records)
 
 
@@ -192,7 +192,7 @@ def test_auto_falls_back_to_the_general_path_when_the_kernels_fail(tmp_path, mon
     assert summary["fused"] is None
     assert "fused PPO kernels failed on their first iteration (RuntimeError: libNVVM" in caplog.text
     got = [{k: r[k] for k in keys} for r in read_metrics(tmp_path / "auto" / "metrics.jsonl")]
-    assert got == want and [r["global_step"] for r in got] == [16, 32, 48, 64]
+    assert got == want and [r["global_step"] for r in got] == [16, 32]
     with pytest.raises(RuntimeError, match="libNVVM"):
         train(_cfg(**{"ppo.fused": "on"}), tmp_path / "on", progress=False)
 
