@@ -17,10 +17,19 @@ _LAZY = {
 __all__ = ["__version__", *_LAZY]
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'orin_rl' has no attribute {name!r}")
-    import importlib
+def lazy_attributes(package: str, table: dict[str, str]) -> Any:
+    """A module ``__getattr__`` for ``package`` that imports each name of ``table`` (name ->
+    the module defining it) on first use."""
 
-    return getattr(importlib.import_module(module), name)
+    def __getattr__(name: str) -> Any:
+        module = table.get(name)
+        if module is None:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        import importlib
+
+        return getattr(importlib.import_module(module), name)
+
+    return __getattr__
+
+
+__getattr__ = lazy_attributes("orin_rl", _LAZY)

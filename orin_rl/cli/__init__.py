@@ -8,8 +8,7 @@ first use."""
 
 from __future__ import annotations
 
-from typing import Any
-
+from orin_rl import lazy_attributes
 from orin_rl.cli.app import main
 
 _LAZY = {
@@ -29,10 +28,4 @@ _LAZY = {
 __all__ = ["main", *_LAZY]
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'orin_rl.cli' has no attribute {name!r}")
-    import importlib
-
-    return getattr(importlib.import_module(module), name)
+__getattr__ = lazy_attributes("orin_rl.cli", _LAZY)
