@@ -201,9 +201,13 @@ class FrameHistory:
 
     def usable(self, slots: torch.Tensor) -> torch.Tensor:
         """(len(slots),) bool: each slot is a transition whose stack can be rebuilt."""
+        return self._checked(slots)[0]
+
+    def _checked(self, slots: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """``usable(slots)`` and the chains its walk read (the sample's frames reuse them)."""
         depth = self.replay.field("depth")[slots]
-        _, intact = self._walk(slots, self.k)
-        return (depth != START) & (depth != UNUSABLE) & intact
+        chain, intact = self._walk(slots, self.k)
+        return (depth != START) & (depth != UNUSABLE) & intact, chain
 
     def sample(self, batch: ReplayBatch) -> ReplayBatch:
         """``batch`` (drawn uniformly from the replay) with its start rows and unusable slots
@@ -212,13 +216,13 @@ class FrameHistory:
         replay = self.replay
         dev = replay.storage_device
         slots = batch.indices.to(dev)
-        ok = self.usable(slots)
+        ok, chain = self._checked(slots)
         for _ in range(REDRAWS):
             if bool(ok.all()):
                 break
             again = torch.randint(0, len(replay), slots.shape, device=dev)
             slots = torch.where(ok, slots, again)
-            ok = self.usable(slots)
+            ok, chain = self._checked(slots)
         if not bool(ok.all()):
             if not bool(ok.any()):
                 raise ReplayError(
@@ -226,8 +230,8 @@ class FrameHistory:
                     "buffer's first steps); raise learning_starts"
                 )
             slots = torch.where(ok, slots, slots[ok][0])
+            chain, _ = self._walk(slots, self.k)
         data = {n: v for n, v in replay.gather(slots).items() if n not in LAYOUT}
-        chain, _ = self._walk(slots, self.k)
         # (batch, k + 1, H, W): the frames of the rows k back to the sampled one
         frames = replay.field("frame")[torch.stack(chain[::-1], dim=1)].to(replay.device)
         data["obs"], data["next_obs"] = frames[:, :-1], frames[:, 1:]
