@@ -94,6 +94,9 @@ class PPOConfig:
     """Global gradient-norm clip."""
     normalize_advantage: bool = True
     """Normalise advantages to zero mean, unit variance over the rollout."""
+    share_encoder: bool = False
+    """Image observations: one encoder for the actor and the critic (CleanRL's Atari agents,
+    SB3's on-policy CnnPolicy), run once a forward pass; False: each its own."""
     normalize_advantage_per_minibatch: bool = False
     """With ``normalize_advantage``: normalise each minibatch's advantages on their own
     (``(a - mean) / (std + 1e-8)``, std unbiased) instead of the whole rollout's at once, as

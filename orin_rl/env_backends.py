@@ -16,6 +16,8 @@ BACKENDS: dict[str, tuple[str, str, tuple[str, ...] | None]] = {
     "gpu": ("orin_rl.envs.gpu", "GPU-native envs stepping on the learner's device", None),
     "mjlab": ("orin_rl.envs.mjlab", "mjlab's robot tasks (Isaac Lab's manager API on MuJoCo Warp)",
               ("Mjlab-", "Orin-Velocity-")),
+    "envpool": ("orin_rl.envs.envpool_env", "envpool's batched C++ envs (Atari, as CleanRL's "
+                "ppo_atari_envpool)", None),
 }  # fmt: skip
 """name -> (module holding ``make_vec_env``, one line of what it is, the id prefixes it claims:
 mjlab's own ``Mjlab-...`` and orin_rl's mjlab tasks, ``Orin-Velocity-...``)."""

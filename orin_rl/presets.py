@@ -182,6 +182,22 @@ _ATARI_PPO: dict[str, Any] = {
 }
 for _game in ("Pong", "Breakout"):
     PRESETS[f"ALE/{_game}-v5"] = dict(_ATARI_PPO)
+# The same PPO on envpool's Atari (--env-backend envpool; CleanRL's ppo_atari_envpool): envpool
+# preprocesses in C++ and makes a lost life end a training episode (episodic_life) and clips the
+# rewards (reward_clip; an evaluation plays whole unclipped games). A time-out bootstraps from
+# V(the step's observation), which costs no second forward pass a step (a game reaches
+# envpool's 27,000-step limit rarely; CleanRL's script does not bootstrap it at all).
+ENVPOOL_PRESETS: dict[str, dict[str, Any]] = {
+    f"{_game}-v5": {
+        **{k: v for k, v in _ATARI_PPO.items() if not k.startswith("env.")},
+        "env.backend": "envpool",
+        "env.num_envs": 8,
+        "env.kwargs": {"episodic_life": True, "reward_clip": True},
+        "ppo.timeout_bootstrap": "value",
+        "ppo.share_encoder": True,  # CleanRL's agent: one Nature CNN, two heads
+    }
+    for _game in ("Pong", "Breakout")
+}
 
 
 # Off-policy presets, keyed by (env id, algorithm).
@@ -278,6 +294,8 @@ def preset_overrides(
         return {**base, "train.algo": algo, **OFF_POLICY_PRESETS.get((env_id, algo), {})}
     if backend == "gpu" and env_id in GPU_PRESETS:
         return {**base, **GPU_PRESETS[env_id]}
+    if backend == "envpool":
+        return {**base, **ENVPOOL_PRESETS.get(env_id, {"env.backend": "envpool"})}
     return {**base, **PRESETS.get(env_id, {})}
 
 

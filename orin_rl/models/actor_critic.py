@@ -59,6 +59,10 @@ class PolicySpec:
     encoder: str | None = None
     """Image encoder in front of both MLPs (``models.cnn.ENCODERS``: ``nature``, ``small``);
     None: the flat observation goes to the MLPs."""
+    share_encoder: bool = False
+    """With an ``encoder``: one encoder whose features both heads read (CleanRL's Atari agents,
+    SB3's on-policy CnnPolicy), trained by the actor's and the critic's losses; ``act`` and
+    ``evaluate`` then run it once. False: the actor and the critic each their own."""
 
     def group_dim(self, role: str) -> int:
         """Input width of the ``actor`` or the ``critic``."""
@@ -163,10 +167,13 @@ class ActorCritic(SampledPolicy, nn.Module):
             actor_in = critic_in = ENCODERS[spec.encoder][1]  # its feature width
         self.actor = mlp(actor_in, spec.hidden_sizes, out_dim, spec.activation, 0.01, ortho)
         self.critic = mlp(critic_in, critic_hidden, 1, spec.activation, 1.0, ortho)
-        if spec.encoder is not None:  # each its own encoder, first in its Sequential: whatever
-            # takes ``actor`` (the deployed policy, DQN's Q, SAC's actor) takes the frames
-            self.actor = nn.Sequential(ImageEncoder(spec.obs_shape, spec.encoder), *self.actor)
-            self.critic = nn.Sequential(ImageEncoder(spec.obs_shape, spec.encoder), *self.critic)
+        self._shared = spec.encoder is not None and spec.share_encoder
+        if spec.encoder is not None:  # the encoder first in each Sequential: whatever takes
+            # ``actor`` (the deployed policy, DQN's Q, SAC's actor) takes the frames
+            encoder = ImageEncoder(spec.obs_shape, spec.encoder)
+            critic_encoder = encoder if self._shared else ImageEncoder(spec.obs_shape, spec.encoder)
+            self.actor = nn.Sequential(encoder, *self.actor)
+            self.critic = nn.Sequential(critic_encoder, *self.critic)
         groups = spec.obs_groups
         self._actor_part = slice(*groups["actor"]) if groups else slice(None)
         self._critic_part = slice(*groups["critic"]) if groups else slice(None)
@@ -213,9 +220,31 @@ class ActorCritic(SampledPolicy, nn.Module):
         x = obs.flatten(1)[:, self._actor_part]
         return x if self.actor_normalizer is None else self.actor_normalizer(x)
 
+    def act(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Sample actions: (actions, log-probabilities, values); a shared encoder runs once."""
+        if not self._shared:
+            return super().act(obs)
+        features = self.actor[0](self.actor_input(obs))
+        dist = self._distribution(self.actor[1:](features))
+        actions = dist.sample()
+        return actions, dist.log_prob(actions), self._value(self.critic[1:], features)
+
+    def evaluate(
+        self, obs: torch.Tensor, actions: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(log-probabilities, entropies, values) of ``actions``; a shared encoder runs once."""
+        if not self._shared:
+            return super().evaluate(obs, actions)
+        features = self.actor[0](self.actor_input(obs))
+        dist = self._distribution(self.actor[1:](features))
+        return dist.log_prob(actions), dist.entropy(), self._value(self.critic[1:], features)
+
     def distribution(self, obs: torch.Tensor) -> Categorical | DiagGaussian:
         """Action distribution for normalised ``obs`` (batch, *obs_shape)."""
-        out = at_least_fp32(self.actor(self.actor_input(obs)))  # fp32 heads (autocast)
+        return self._distribution(self.actor(self.actor_input(obs)))
+
+    def _distribution(self, out: torch.Tensor) -> Categorical | DiagGaussian:
+        out = at_least_fp32(out)  # fp32 heads (autocast)
         if self.discrete:
             return Categorical(out)
         if self.spec.rsl_rl:
@@ -228,11 +257,15 @@ class ActorCritic(SampledPolicy, nn.Module):
         x = obs.flatten(1)[:, self._critic_part]
         if self.critic_normalizer is not None:
             x = self.critic_normalizer(x)
+        return self._value(self.critic, x)
+
+    @staticmethod
+    def _value(critic: nn.Sequential, x: torch.Tensor) -> torch.Tensor:
         if not torch.is_autocast_enabled(x.device.type):
-            return self.critic(x).squeeze(-1)
-        hidden = self.critic[:-1](x)
+            return critic(x).squeeze(-1)
+        hidden = critic[:-1](x)
         with torch.autocast(x.device.type, enabled=False):
-            return self.critic[-1](hidden.float()).squeeze(-1)
+            return critic[-1](hidden.float()).squeeze(-1)
 
     def act_deterministic(self, obs: torch.Tensor) -> torch.Tensor:
         """The distribution's mode (argmax / mean; squashed: the scaled tanh of the mean)."""

@@ -74,3 +74,41 @@ class TestChannelsLast:
 
     def test_large_hwc_frames_get_the_nature_encoder(self):
         assert _spec((96, 96, 3)).encoder == "nature"
+
+
+class TestSharedEncoder:
+    """``share_encoder``: one encoder for both heads (CleanRL's Atari agent), run once by
+    ``act`` and ``evaluate``, trained by both losses."""
+
+    def _pair(self):
+        torch.manual_seed(0)
+        shared = ActorCritic(_spec((4, 10, 10), share_encoder=True))
+        separate = ActorCritic(_spec((4, 10, 10)))
+        return shared, separate
+
+    def test_one_encoder_whose_features_both_heads_read(self):
+        shared, separate = self._pair()
+        assert shared.actor[0] is shared.critic[0]
+        enc = sum(p.numel() for p in shared.actor[0].parameters())
+        assert sum(p.numel() for p in separate.parameters()) - sum(
+            p.numel() for p in shared.parameters()
+        ) == enc
+
+    def test_act_and_evaluate_agree_with_the_distribution_and_value(self):
+        shared, _ = self._pair()
+        obs = torch.randint(0, 256, (6, 4, 10, 10), dtype=torch.uint8)
+        actions, logp, values = shared.act(obs)
+        dist = shared.distribution(obs)
+        torch.testing.assert_close(logp, dist.log_prob(actions))
+        torch.testing.assert_close(values, shared.value(obs))
+        logp2, entropy, values2 = shared.evaluate(obs, actions)
+        torch.testing.assert_close(logp2, logp)
+        torch.testing.assert_close(entropy, dist.entropy())
+        torch.testing.assert_close(values2, values)
+
+    def test_the_value_loss_trains_the_shared_encoder_only(self):
+        obs = torch.randint(0, 256, (6, 4, 10, 10), dtype=torch.uint8)
+        for policy, reaches in zip(self._pair(), (True, False), strict=True):
+            policy.value(obs).square().mean().backward()
+            grad = next(policy.actor[0].parameters()).grad
+            assert (grad is not None and bool(grad.abs().sum() > 0)) is reaches
