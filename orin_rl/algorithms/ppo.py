@@ -147,6 +147,8 @@ class PPO:
             compile_in_process()
         self.graphed_update: Any = None
         """Runs ``update_steps`` as a CUDA graph where set (runners.graphs.GraphedUpdate)."""
+        self.graphed_act: Any = None
+        """``runners.graphs.GraphedAct`` of ``policy.act`` (host envs, ``train.cuda_graphs``)."""
         self.value_all_final_obs = False
         """Value every final observation and select (no boolean indexing), even on the CPU."""
         self.normalizes_inside = bool(getattr(policy, "normalizes_inside", False))
@@ -193,7 +195,7 @@ class PPO:
                 logprobs, values = dist.log_prob(actions), self.policy.value(obs)
                 self.transition.action_means = dist.mean
             else:
-                actions, logprobs, values = self.policy.act(obs)
+                actions, logprobs, values = (self.graphed_act or self.policy.act)(obs)
         self.transition.obs = obs
         self.transition.actions = actions
         self.transition.logprobs = logprobs

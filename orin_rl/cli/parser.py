@@ -109,7 +109,8 @@ def train_flags(p: argparse.ArgumentParser) -> None:
         "--cuda-graphs",
         action="store_true",
         default=None,
-        help="capture each iteration in one CUDA graph (needs --env-backend gpu on CUDA)",
+        help="capture each iteration in one CUDA graph (--env-backend gpu on CUDA); with envs "
+        "stepping on the host, the policy's act each env step",
     )
     flags = {  # on/off flags: (name, help)
         "--compile": "torch.compile networks and envs",

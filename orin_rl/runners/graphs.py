@@ -230,3 +230,76 @@ class GraphedUpdate:
         self.graphs[key] = (graph, num_updates, epochs)
         log.info("captured the PPO update in a CUDA graph (%d gradient steps)", num_updates)
         return self.graphs[key]
+
+
+class GraphedAct:
+    """The policy's ``act`` (forward pass and sampling) as one CUDA graph, for a CUDA learner
+    whose envs step on the host (``train.cuda_graphs`` where a whole iteration cannot be
+    captured): each env step then costs one graph launch instead of the forward pass's dozens
+    of kernel launches from Python (a Nature CNN's convolutions, the heads, the sampling).
+
+    The observation is copied into the graph's input; the outputs are the graph's own tensors,
+    overwritten by the next call (the rollout buffer copies them first). Samples come from
+    torch's default CUDA generator, whose offsets a graph advances on every replay. The first
+    calls run eagerly on a side stream (warm-up); a capture that fails leaves ``act`` eager.
+    """
+
+    WARM_UP = 3
+
+    def __init__(self, act: Any):
+        self.act = act
+        self.calls = 0
+        self.graph: torch.cuda.CUDAGraph | None = None
+        self.static_obs: torch.Tensor | None = None
+        self.outputs: Any = None
+        self.failed: str | None = None
+        """Why ``act`` runs eagerly after a failed capture (None while graphed)."""
+
+    def __call__(self, obs: torch.Tensor) -> Any:
+        if self.failed is not None:
+            return self.act(obs)
+        if self.graph is not None and obs.shape == self.static_obs.shape:
+            self.static_obs.copy_(obs)
+            self.graph.replay()
+            return self.outputs
+        self.calls += 1
+        if self.calls <= self.WARM_UP:
+            side = torch.cuda.Stream(obs.device)
+            side.wait_stream(torch.cuda.current_stream(obs.device))
+            with torch.cuda.stream(side):
+                out = self.act(obs)
+            torch.cuda.current_stream(obs.device).wait_stream(side)
+            return out
+        self._capture(obs)
+        return self(obs)
+
+    def _capture(self, obs: torch.Tensor) -> None:
+        self.static_obs = obs.clone()
+        graph = torch.cuda.CUDAGraph()
+        torch.cuda.synchronize(obs.device)
+        try:
+            with capture(graph, capture_error_mode="thread_local"):
+                self.outputs = self.act(self.static_obs)
+        except Exception as exc:  # stay correct: an eager act is slower, not wrong
+            self.failed = f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:200]}"
+            log.warning("CUDA graph capture of the policy's act failed (%s); acting eagerly",
+                        self.failed)  # fmt: skip
+            return
+        self.graph = graph
+        log.info("captured the policy's act in a CUDA graph (one launch an env step)")
+
+
+def act_graph_blocker(cfg: Any, policy: Any, device: torch.device, distributed: bool
+                      ) -> str | None:  # fmt: skip
+    """Why the policy's ``act`` cannot run as a CUDA graph on its own (None: it can)."""
+    checks = [
+        (device.type != "cuda", "the learner is not on a CUDA device"),
+        (getattr(policy, "obs_normalizer", None) is not None
+         or getattr(policy, "normalizes_inside", False),
+         "an observation normaliser updates its statistics from the host's count"),
+        (cfg.train.precision != "fp32", f"train.precision={cfg.train.precision}"),
+        (cfg.train.num_agents > 1, "train.num_agents > 1"),
+        (distributed, "a distributed run (its normaliser's collectives)"),
+        (cfg.train.overlap, "--overlap acts in its collector thread"),
+    ]  # fmt: skip
+    return next((reason for failed, reason in checks if failed), None)

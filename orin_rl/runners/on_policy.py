@@ -28,9 +28,11 @@ from orin_rl.models.batched import BatchedActorCritic
 from orin_rl.runners.base import Runner
 from orin_rl.runners.checkpointing import rng_state, set_rng_state
 from orin_rl.runners.graphs import (
+    GraphedAct,
     GraphedCall,
     GraphedIteration,
     GraphedUpdate,
+    act_graph_blocker,
     graph_blocker,
     nvtx_range,
     update_graph_blocker,
@@ -64,6 +66,7 @@ class OnPolicyRunner(Runner):
             obs_groups=self.env.obs_groups,
             critic_hidden_sizes=cfg.ppo.critic_hidden_sizes,
             rsl_rl=cfg.ppo.rsl_rl,
+            share_encoder=cfg.ppo.share_encoder,
         )
         if self.num_agents > 1 and self.policy_spec.obs_groups is not None:
             raise OrinError(
@@ -80,6 +83,7 @@ class OnPolicyRunner(Runner):
             torch.manual_seed(cfg.train.seed + 7919 * self.dist.rank)  # own action samples
         self.buffer = self.make_rollout_buffer()
         self.use_graphs = False
+        self.act_graph = False
         self.env_graphs: dict[str, Any] | None = None
         if cfg.train.cuda_graphs:
             blocker = graph_blocker(self.env, self.device, cfg.ppo.target_kl)
@@ -90,7 +94,13 @@ class OnPolicyRunner(Runner):
             if self.env_graphs is not None:  # the env's own step in graphs (mjlab's)
                 log.info("CUDA graphs in the env's step: %s", self.env_graphs)
             elif blocker and not self.env.has_own_graphs:
-                log.warning("CUDA graphs off: %s; running eagerly", blocker)
+                act_blocker = act_graph_blocker(cfg, self.policy, self.device, self.dist.enabled)
+                self.act_graph = act_blocker is None
+                if self.act_graph:  # the policy's act alone, one launch an env step
+                    log.info("CUDA graphs: no graph of a whole iteration (%s); the policy's act "
+                             "runs as one each env step", blocker)  # fmt: skip
+                else:
+                    log.warning("CUDA graphs off: %s; running eagerly", blocker)
             elif self.env.has_own_graphs:  # an mjlab world on Warp's CPU device, or graphs off
                 where = "CPU" if self.env.device.type != "cuda" else "GPU, ORIN_RL_MJLAB_GRAPHS=0"
                 log.warning("CUDA graphs off: the mjlab world steps eagerly (%s)", where)
@@ -103,6 +113,8 @@ class OnPolicyRunner(Runner):
         else:
             self.algo = PPO(*args, **options, dist_ctx=self.dist)
         self._make_fused()
+        if self.act_graph and self.fused is None:
+            self.algo.graphed_act = GraphedAct(self.algo.policy.act)
         if update_blocker is None and self.fused is None:
             self.algo.graphed_update = GraphedUpdate(self.algo)
             log.info("the update runs as a CUDA graph (ppo.graph_update=off launches it op by op)")

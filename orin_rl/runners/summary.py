@@ -60,6 +60,7 @@ def build(
         "precision": cfg.train.precision,
         "cuda_graphs": runner.graphed(),
         "env_graphs": runner.env.graph_report() if getattr(runner, "env_graphs", None) else None,
+        "act_graph": _act_graph(getattr(runner, "algo", None)),
         "compiled": cfg.train.compile,
         "fused": runner._fused_path(),
         "fused_grads": runner._fused_grads(),
@@ -90,3 +91,12 @@ def write(run_dir: Path, summary: dict[str, Any], env_id: str) -> None:
         plot_curve(run_dir / "metrics.jsonl", run_dir / "curve.png", env_id)
     except Exception as exc:  # a plot must never lose a finished run
         log.warning("curve.png not written: %s", exc)
+
+
+def _act_graph(algo: Any) -> bool | str | None:
+    """The policy's act as a CUDA graph each env step (``runners.graphs.GraphedAct``): True when
+    it replayed, the reason when its capture failed, None when it was not asked for."""
+    graphed = getattr(algo, "graphed_act", None)
+    if graphed is None:
+        return None
+    return graphed.failed or graphed.graph is not None
