@@ -248,6 +248,24 @@ def bench_cnn(iters: int, tmp: Path, cuda: bool, threads: int) -> list[dict]:
             backends[f"torch CUDA graph (batch {batch})"] = TorchBackend.from_module(
                 model, list(model.input_shape), "cuda", cuda_graph=True, batch=batch
             )
+    skipped = []
+    if cuda:  # ONNX Runtime's CUDA EP (onnxruntime-gpu), device-bound I/O, plain and graphed
+        import onnxruntime as ort
+
+        for graph, name in ((False, "onnxruntime CUDA EP, device I/O binding"),
+                            (True, "onnxruntime CUDA EP + CUDA graph (batch 1)")):  # fmt: skip
+            if CUDA_EP not in ort.get_available_providers():
+                skipped.append({"backend": name, "skipped": f"onnxruntime {ort.__version__} "
+                                "has no CUDA EP here (onnxruntime-gpu)"})  # fmt: skip
+                continue
+            backend = onnx_backend(model, list(model.input_shape), tmp, "cnn", device="cuda",
+                                   providers=["cuda"], ep=EpSettings(cuda_graph=graph))  # fmt: skip
+            try:
+                backend.activate()
+            except RuntimeBackendError as exc:  # the provider's libraries did not load
+                skipped.append({"backend": name, "skipped": str(exc)[:300]})
+                continue
+            backends[name] = backend
     rows = []
     for name, backend in backends.items():
         with backend:
@@ -259,7 +277,7 @@ def bench_cnn(iters: int, tmp: Path, cuda: bool, threads: int) -> list[dict]:
                     n = 5
                 r = time_backend(backend, batch, n)
                 rows.append({"backend": name, **r, "fps": r["throughput_per_s"]})
-    return rows
+    return rows + skipped
 
 
 def torch_free_rss(bundle_dir: Path, python: str = sys.executable) -> dict:
@@ -388,10 +406,13 @@ def markdown(r: dict) -> str:
         "|---|---|---|---|---|---|",
     ]
     for row in r["cnn"]:
+        if "skipped" in row:
+            lines.append(f"| {row['backend']} | — | not run: {row['skipped']} | | | |")
+            continue
         lines.append(
             f"| {row['backend']} | {row['batch']} | {row['mean_us'] / 1e3:.2f} | {row['p50_us'] / 1e3:.2f} | {row['p99_us'] / 1e3:.2f} | {row['fps']:,.0f} |"
         )
-    lines += [
+    lines += [] if not r["torch_free"] else [
         "",
         f"torch-free `orin-rl run` (torch and numba blocked): peak RSS **{r['torch_free'].get('peak_rss_mb', float('nan')):.0f} MiB**"
         + (
@@ -453,6 +474,8 @@ def main() -> None:
     parser.add_argument("--loop-fifo", type=int, metavar="PRIO", help="the loop at SCHED_FIFO")
     parser.add_argument("--loop-cpu", type=int, help="pin the loop to this CPU")
     parser.add_argument("--loop-mlock", action="store_true", help="lock the loop's memory")
+    parser.add_argument("--tables-only", action="store_true",
+                        help="the MLP and CNN tables only (no torch-free RSS, no loop)")
     args = parser.parse_args()
     cuda = torch.cuda.is_available()
     with tempfile.TemporaryDirectory() as tmp_name:
@@ -472,9 +495,9 @@ def main() -> None:
                 result["graph_profile"] = graph_profile()
             except Exception as exc:  # a profiler failure must not lose the timings
                 result["graph_profile"] = [{"error": f"{type(exc).__name__}: {exc}"}]
-        bundle_dir = cartpole_bundle(tmp)
-        result["torch_free"] = torch_free_rss(bundle_dir)
-        if args.loop_steps:
+        bundle_dir = None if args.tables_only else cartpole_bundle(tmp)
+        result["torch_free"] = {} if bundle_dir is None else torch_free_rss(bundle_dir)
+        if args.loop_steps and bundle_dir is not None:
             rt = [*(["--fifo", str(args.loop_fifo)] if args.loop_fifo is not None else []),
                   *(["--cpu", str(args.loop_cpu)] if args.loop_cpu is not None else []),
                   *(["--mlock"] if args.loop_mlock else [])]  # fmt: skip
