@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +41,8 @@ def _run_folder(path: Path) -> Path | None:
 
 
 class Policy:
-    """A loaded, active policy: ``act(obs)`` for one observation or a batch.
+    """A loaded, active policy: ``act(obs)`` for one observation or a batch (a dict
+    observation's policy: a dict of them, one per key, as SB3's ``MultiInputPolicy`` takes).
 
     Made by ``load_policy``; close it (or use it as a context manager) to free the backend.
     """
@@ -55,6 +57,14 @@ class Policy:
         """Shape of one observation."""
         self.dtype = np.dtype(spec.dtype)
         """The model's observation dtype (inputs of any real dtype are cast to it)."""
+        self.observation_shapes: dict[str, tuple[int, ...]] | None = None
+        """A dict observation's policy: each key's shape (None: one observation array)."""
+        self._dtypes: dict[str, np.dtype] = {}
+        if len(backend.input_specs) > 1:
+            self.observation_shapes = {
+                s.name: tuple(int(d) for d in s.shape[1:]) for s in backend.input_specs
+            }
+            self._dtypes = {s.name: np.dtype(s.dtype) for s in backend.input_specs}
         self.env_id, self.env_config = _env_of(source, run_dir)
         self._sampler = None
 
@@ -67,17 +77,13 @@ class Policy:
         (a 0-d int64 array for discrete actions). ``deterministic=False`` samples from the
         policy's distribution (run folders only: needs the checkpoint and torch).
         """
+        if self.observation_shapes is not None:
+            return self._act_dict(obs, deterministic)
         tensor = _torch_tensor(obs)
         if tensor is not None:
             obs = tensor.detach().cpu().numpy()
         batch, single = self._prepare(obs)
-        if deterministic:
-            try:
-                action = self.backend.infer(batch)
-            except ValueError as exc:  # the backend's own checks (a fixed batch size)
-                raise PolicyError(str(exc)) from None
-        else:
-            action = self._sample(batch)
+        action = self._action(batch, deterministic)
         if single:
             action = action[0]
         if tensor is not None:
@@ -85,6 +91,42 @@ class Policy:
 
             return torch.as_tensor(np.asarray(action)).to(tensor.device)
         return np.asarray(action)
+
+    def _act_dict(self, obs: Any, deterministic: bool) -> Any:
+        """``act`` of a dict observation: each key cast and checked as one observation is."""
+        shapes = self.observation_shapes or {}
+        if not isinstance(obs, Mapping) or set(obs) != set(shapes):
+            got = sorted(obs) if isinstance(obs, Mapping) else type(obs).__name__
+            raise PolicyError(f"this policy takes a dict observation with keys {sorted(shapes)} "
+                              f"(one array each, or a batch of them), not {got}")  # fmt: skip
+        tensors = [t for t in map(_torch_tensor, obs.values()) if t is not None]
+        batch, singles = {}, set()
+        for key, shape in shapes.items():
+            value = obs[key]
+            if _torch_tensor(value) is not None:
+                value = value.detach().cpu().numpy()
+            batch[key], single = self._prepare(value, shape, self._dtypes[key], f"{key!r} ")
+            singles.add(single)
+        if len(singles) > 1 or len({len(v) for v in batch.values()}) > 1:
+            raise PolicyError("the keys of a dict observation hold one observation each, or "
+                              "batches of one size")  # fmt: skip
+        action = self._action(batch, deterministic)
+        if singles == {True}:
+            action = action[0]
+        if tensors:
+            import torch
+
+            return torch.as_tensor(np.asarray(action)).to(tensors[0].device)
+        return np.asarray(action)
+
+    def _action(self, batch: Any, deterministic: bool) -> np.ndarray:
+        """The backend's action for a prepared batch, or a sample from the run's checkpoint."""
+        if not deterministic:
+            return self._sample(batch)
+        try:
+            return self.backend.infer(batch)
+        except ValueError as exc:  # the backend's own checks (a fixed batch size)
+            raise PolicyError(str(exc)) from None
 
     def predict(
         self,
@@ -115,19 +157,27 @@ class Policy:
     def __repr__(self) -> str:
         return (
             f"Policy({self.source}, backend={self.backend.name}, env={self.env_id}, "
-            f"obs {self.observation_shape})"
+            f"obs {self.observation_shapes or self.observation_shape})"
         )
 
     # ------------------------------------------------------------- helpers
-    def _prepare(self, obs: Any) -> tuple[np.ndarray, bool]:
-        """(batch cast to the model dtype, whether one observation came in); one-line errors."""
+    def _prepare(
+        self,
+        obs: Any,
+        shape: tuple[int, ...] | None = None,
+        dtype: np.dtype | None = None,
+        what: str = "",
+    ) -> tuple[np.ndarray, bool]:
+        """(batch cast to the model dtype, whether one observation came in); one-line errors.
+        ``shape``, ``dtype``: a dict observation's key's (``what`` names it), else the model's."""
+        shape = self.observation_shape if shape is None else shape
+        dtype = self.dtype if dtype is None else dtype
         arr = np.asarray(obs)
         if arr.dtype.kind not in "biuf":
             raise PolicyError(
-                f"observation dtype {arr.dtype} is not a real number type; pass numbers "
-                f"shaped {self.observation_shape} or (N, *{self.observation_shape})"
+                f"observation {what}dtype {arr.dtype} is not a real number type; pass numbers "
+                f"shaped {shape} or (N, *{shape})"
             )
-        shape = self.observation_shape
         if arr.shape == shape:
             single = True
             arr = arr[None]
@@ -135,16 +185,16 @@ class Policy:
             single = False
         else:
             raise PolicyError(
-                f"observation shape {arr.shape} does not fit this policy: it takes {shape} or "
-                f"a batch (N, {', '.join(map(str, shape))})"
+                f"observation {what}shape {arr.shape} does not fit this policy: it takes "
+                f"{shape} or a batch (N, {', '.join(map(str, shape))})"
             )
         with np.errstate(over="ignore", invalid="ignore"):  # reported just below
-            batch = np.ascontiguousarray(arr, dtype=self.dtype)  # the one cast
+            batch = np.ascontiguousarray(arr, dtype=dtype)  # the one cast
         if not np.isfinite(batch).all():
             rows = np.flatnonzero(~np.isfinite(batch.reshape(len(batch), -1)).all(1))
             raise PolicyError(
-                f"observation {'' if single else f'row(s) {rows[:5].tolist()} '}holds NaN or "
-                f"Inf (after the cast to {self.dtype}); check the sensor or the environment"
+                f"observation {what}{'' if single else f'row(s) {rows[:5].tolist()} '}holds NaN "
+                f"or Inf (after the cast to {dtype}); check the sensor or the environment"
             )
         return batch, single
 
@@ -185,15 +235,10 @@ class _Sampler:
                 "distribution to sample; call predict(obs, deterministic=True) or act(obs)"
             )
 
-    def __call__(self, batch: np.ndarray) -> np.ndarray:
+    def __call__(self, batch: np.ndarray | dict[str, np.ndarray]) -> np.ndarray:
         torch, policy, spec = self.torch, self.policy, self.spec
         with torch.inference_mode():
-            obs = torch.from_numpy(batch)
-            if spec.obs_groups is not None:  # the actor's group: placed in a full vector
-                full = torch.zeros(obs.shape[0], *spec.obs_shape, dtype=obs.dtype)
-                full[:, slice(*spec.obs_groups["actor"])] = obs
-                obs = full
-            obs = policy.normalize(obs)
+            obs = policy.normalize(self._full(batch))
             if self.algo == "sac":
                 from orin_rl.algorithms.sac import squashed_gaussian
 
@@ -209,6 +254,27 @@ class _Sampler:
                     high = torch.as_tensor(spec.action_high, dtype=action.dtype)
                     action = torch.minimum(torch.maximum(action, low), high)
         return action.numpy()
+
+    def _full(self, batch: np.ndarray | dict[str, np.ndarray]):
+        """The policy's observation of the actor's: its group placed in a full vector, or a dict
+        observation's actor keys in rows of bytes (``obs_layout``), the critic's zero."""
+        spec, torch = self.spec, self.torch
+        if spec.obs_layout is not None:
+            from orin_rl.obs_layout import ObsLayout
+
+            layout = ObsLayout.from_spec(spec.obs_layout)
+            rows = len(next(iter(batch.values())))
+            values = {
+                key: batch[key] if key in batch else np.zeros((rows, *part.shape), part.dtype)
+                for key, part in layout.parts.items()
+            }
+            return torch.from_numpy(layout.pack(values))
+        obs = torch.from_numpy(batch)
+        if spec.obs_groups is None:
+            return obs
+        full = torch.zeros(obs.shape[0], *spec.obs_shape, dtype=obs.dtype)
+        full[:, slice(*spec.obs_groups["actor"])] = obs
+        return full
 
 
 def _env_of(source: Path, run_dir: Path | None) -> tuple[str | None, dict[str, Any]]:

@@ -92,6 +92,12 @@ class GymVecEnv(VecEnv):
                 f"vector env uses autoreset mode {mode}; create it with "
                 "vector_kwargs={'autoreset_mode': AutoresetMode.SAME_STEP} (orin_rl.envs.make does)"
             )
+        if isinstance(vec_env.single_observation_space, gym.spaces.Dict):
+            raise EnvError(
+                f"{vec_env.spec.id if vec_env.spec else 'this env'} observes a Dict: the "
+                "gymnasium adapter takes one array (dict observations come from mjlab's camera "
+                "tasks); flatten it with env.wrappers: [gymnasium.wrappers:FlattenObservation]"
+            )
         self._vec = vec_env
         if isinstance(vec_env, gym.vector.AsyncVectorEnv):
             vec_env = _TimedStep(vec_env, worker_timeout_s)

@@ -6,7 +6,8 @@ own code unchanged: its rewards, terminations, curricula, events and commands. T
 
 - concatenates the ``actor`` and ``critic`` observation groups into one vector and declares
   where each lies (``obs_groups``), so the rollout storage keeps both and the policy's actor
-  reads its group while the critic reads the privileged one (asymmetric actor-critic);
+  reads its group while the critic reads the privileged one (asymmetric actor-critic); a
+  camera task's groups (images and states) are a dict observation instead (``mjlab_images``);
 - steps the task with mjlab's own ``env.step`` (auto-reset, so every number is mjlab's: the
   same draws in the same order), and keeps the terminal observation of the worlds that time
   out, for bootstrapping: just before mjlab resets them, the observation groups are computed
@@ -187,9 +188,6 @@ class MjlabVecEnv(VecEnv):
             cfg.episode_length_s = options.max_episode_steps * step_dt
         elif options.evaluation:  # play episodes never end by time: cut them as training does
             cfg.episode_length_s = train_cfg.episode_length_s
-        from orin_rl.envs.mjlab_tasks import refuse_camera_tasks
-
-        refuse_camera_tasks(env_id, cfg)
         cfg.scene.num_envs = num_envs
         if options.seed is not None:
             cfg.seed = options.seed
@@ -201,13 +199,23 @@ class MjlabVecEnv(VecEnv):
         dims = {name: self.env.observation_manager.group_obs_dim[g] for name, g in self._groups}
         actor_dim, critic_dim = (int(np.prod(dims[k])) for k in ("actor", "critic"))
         self.obs_groups = {"actor": [0, actor_dim], "critic": [actor_dim, actor_dim + critic_dim]}
-        """Where each group lies in the concatenated observation: [start, stop)."""
+        """Where each group lies in the concatenated observation: [start, stop) (a camera
+        task's: the keys of its dict observation each network reads)."""
         self.observation_space = gym.spaces.Box(
             -np.inf, np.inf, (actor_dim + critic_dim,), np.float32
         )
+        rl_cfg = registry.load_rl_cfg(env_id)
+        from orin_rl.envs.mjlab_images import DictObservation
+
+        self.images = DictObservation.of_task(self.env.observation_manager, env_id, rl_cfg)
+        """A camera task's dict observation (None: the flat one above)."""
+        if self.images is not None:
+            self.observation_space = self.images.space
+            self.obs_groups = self.images.obs_groups
+            self._final_obs_needed = False
         act_dim = self.env.action_manager.total_action_dim
         # As mjlab's rsl_rl wrapper: actions clamped to +-clip_actions where the task asks.
-        self.clip_actions = registry.load_rl_cfg(env_id).clip_actions
+        self.clip_actions = rl_cfg.clip_actions
         bound = np.inf if self.clip_actions is None else float(self.clip_actions)
         self.action_space = gym.spaces.Box(-bound, bound, (act_dim,), np.float32)
         self._check_no_delays()
@@ -215,7 +223,7 @@ class MjlabVecEnv(VecEnv):
 
         critic_group = self._groups[1][1]
         self._stepper = SegmentedStep(self.env, critic_group)
-        self._critic = slice(*self.obs_groups["critic"])
+        self._critic = slice(actor_dim, actor_dim + critic_dim)  # of the flat observation
         self.stats = EpisodeStats(num_envs, self.device)
         self._log_sum: dict[str, float] = {}
         self._log_count: dict[str, int] = {}
@@ -257,8 +265,31 @@ class MjlabVecEnv(VecEnv):
                     )
 
     def _concat(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
-        """(num_envs, actor_dim + critic_dim): the actor group, then the critic group."""
+        """(num_envs, actor_dim + critic_dim): the actor group, then the critic group (a camera
+        task's: its rows of bytes)."""
+        if self.images is not None:
+            return self.images.pack(obs)
         return torch.cat([obs[g].float() for _, g in self._groups], dim=-1)
+
+    images: Any = None
+    _final_obs_needed = True
+
+    @property
+    def final_obs_needed(self) -> bool:  # type: ignore[override]  # VecEnv's attribute
+        """See ``VecEnv.final_obs_needed``; a camera task has none (the terminal observation is
+        the critic group computed again before mjlab's reset, ``mjlab_graph``: no frame of the
+        camera group): asking for one is one line."""
+        return self._final_obs_needed
+
+    @final_obs_needed.setter
+    def final_obs_needed(self, needed: bool) -> None:
+        if needed and self.images is not None:
+            raise EnvError(
+                f"{self.env_id}: a time-out's final observation is the critic group computed "
+                "again before the reset, without the camera's frame: set "
+                "ppo.timeout_bootstrap=value (rsl_rl's, the task preset's)"
+            )
+        self._final_obs_needed = needed
 
     # ------------------------------------------------------------------ VecEnv contract
     def reset(self, seed: int | None = None) -> torch.Tensor:
@@ -454,127 +485,6 @@ class MjlabVecEnv(VecEnv):
 
     def close(self) -> None:
         self.env.close()
-
-
-class MjlabGymEnv(gym.Env):
-    """One world of an mjlab task's play configuration as a gymnasium ``Env``: the actor
-    group's observation in, the policy's raw action out (the task's action terms scale and
-    offset it, as in training). What ``orin-rl eval`` and ``orin-rl run`` step.
-
-    ``reset(seed=...)`` reseeds mjlab; a step that ends an episode returns the terminal
-    observation and, in ``info["log"]``, what the task logged during the episode (the mean of
-    each: ``Metrics/twist/error_vel_xy`` is the velocity-tracking error); the next ``reset()``
-    without a seed returns the first observation of the episode the world already began.
-    """
-
-    def __init__(
-        self,
-        env_id: str,
-        env_config: dict[str, Any] | None = None,
-        device: str = "cpu",
-        seed: int = 0,
-    ):
-        steps = (env_config or {}).get("max_episode_steps")
-        # seeded at the build: the task's startup events (friction, masses) draw then
-        options = EnvOptions(seed=seed, max_episode_steps=steps, evaluation=True)
-        self.vec = MjlabVecEnv(env_id, 1, device, options)
-        self._actor = slice(*self.vec.obs_groups["actor"])
-        width = self._actor.stop - self._actor.start
-        self.observation_space = gym.spaces.Box(-np.inf, np.inf, (width,), np.float32)
-        self.action_space = self.vec.action_space
-        self._next: torch.Tensor | None = None
-
-    def _actor_obs(self, obs: torch.Tensor) -> np.ndarray:
-        return obs[0, self._actor].cpu().numpy().astype(np.float32)
-
-    def reset(self, *, seed: int | None = None, options: dict | None = None):
-        if seed is not None or self._next is None:
-            obs = self.vec.reset(seed=seed)
-            self.vec.pop_log()  # what the reset logged belongs to no episode of this one
-        else:
-            obs = self._next
-        self._next = None
-        return self._actor_obs(obs), {}
-
-    def step(self, action):
-        step = self.vec.step(torch.as_tensor(action, dtype=torch.float32).reshape(1, -1))
-        terminated, truncated = bool(step.terminated[0]), bool(step.truncated[0])
-        info: dict[str, Any] = {}
-        obs = step.obs
-        if terminated or truncated:
-            obs, self._next = step.final_obs, step.obs
-            info["log"] = self.vec.pop_log()
-        return self._actor_obs(obs), float(step.reward[0]), terminated, truncated, info
-
-    def close(self) -> None:
-        self.vec.close()
-
-
-class MjlabDriver:
-    """One world of an mjlab task as the control loop's sensor and actuator (``orin-rl run
-    --env Mjlab-...``); reports falls (terminations other than the time limit) and the task's
-    velocity-tracking error (``Metrics/twist/error_vel_xy``, mean over the episodes).
-
-    The world's step is part of each tick (``actuate``), so it is warmed up before the first
-    tick; on CUDA it runs as CUDA graphs where the graphed step is enabled (``use_graphs``)."""
-
-    def __init__(
-        self,
-        env_id: str,
-        seed: int = 0,
-        env_config: dict[str, Any] | None = None,
-        device: str = "cpu",
-    ):
-        self.env = MjlabGymEnv(env_id, env_config, device, seed)
-        if torch.device(device).type == "cuda":
-            self.env.vec.use_graphs()  # a world of one is launch-bound: its step as graphs
-        # Warm-up outside the loop's ticks (kernel loads, the graphs' captures, with and
-        # without a reset), then the seeded reset starts the world exactly where it would have.
-        self.env.reset(seed=seed)
-        self.env.vec.warm_up()
-        obs, _ = self.env.reset(seed=seed)
-        self.obs = obs[None]
-        self.returns: list[float] = []
-        self.episode_ends: list[int] = []
-        """Ticks (0-based) whose step ended an episode (the world's reset ran in them)."""
-        self._ticks = 0
-        self.falls = 0
-        self._ret = 0.0
-        self._errors: list[float] = []
-        commands = self.env.vec.env.command_manager
-        self.tracks_velocity = any(
-            hasattr(commands.get_term(name), "vel_command_b") for name in commands.active_terms
-        )
-        """A velocity-tracking (locomotion) task: its early episode ends are falls."""
-
-    def sensor(self) -> np.ndarray:
-        """(1, actor_dim) observation the policy acts on."""
-        return self.obs
-
-    def actuate(self, action: np.ndarray) -> None:
-        """Step the world with ``action`` (1, action_dim)."""
-        obs, reward, terminated, truncated, info = self.env.step(action[0])
-        self._ret += reward
-        self._ticks += 1
-        if terminated or truncated:
-            self.episode_ends.append(self._ticks - 1)
-            self.returns.append(self._ret)
-            self._ret = 0.0
-            self.falls += int(terminated and not truncated)
-            if "Metrics/twist/error_vel_xy" in info["log"]:
-                self._errors.append(info["log"]["Metrics/twist/error_vel_xy"])
-            obs, _ = self.env.reset()
-        self.obs[0] = obs
-
-    def report(self) -> dict[str, Any]:
-        """Falls and the tracking error of the finished episodes (what ``orin-rl run`` adds)."""
-        error = float(np.mean(self._errors)) if self._errors else None
-        return {
-            "falls": self.falls,
-            "tracks_velocity": self.tracks_velocity,
-            "tracking_error_vel_xy": error,
-            "episode_end_ticks": self.episode_ends,
-        }
 
 
 def make_vec_env(

@@ -63,22 +63,3 @@ def register() -> list[str]:
             runner_cls=VelocityOnPolicyRunner,
         )
     return [REAL_G1_FLAT]
-
-
-def refuse_camera_tasks(env_id: str, cfg: Any) -> None:
-    """A task with camera sensors (Mjlab-Lift-Cube-Yam-Rgb, -Depth: their images in a
-    ``camera`` observation group) is one line, before anything is built: this adapter feeds the
-    policy the actor and critic vector groups only, so the frames MuJoCo Warp renders (on CUDA or
-    on Warp's CPU device alike) would never reach it."""
-    from mjlab.sensor import CameraSensorCfg
-
-    cameras = [s for s in cfg.scene.sensors or () if isinstance(s, CameraSensorCfg)]
-    if cameras:
-        what = ", ".join(f"{s.name} {'+'.join(s.data_types)} {s.width}x{s.height}" for s in cameras)
-        from orin_rl.envs.base import EnvError
-
-        raise EnvError(
-            f"{env_id}: its camera ({what}) gives image observations, and orin_rl's mjlab "
-            "adapter feeds the policy the actor and critic vector groups only (image + state "
-            "policies for mjlab tasks are not built): train it with mjlab's own runner"
-        )

@@ -39,6 +39,7 @@ from orin_rl.env_factory import ENV_CONFIG_KEYS
 from orin_rl.errors import OrinError
 from orin_rl.models import ActorCritic, PolicySpec
 from orin_rl.models.deploy import DeterministicPolicy
+from orin_rl.obs_layout import ObsLayout
 
 log = logging.getLogger(__name__)
 
@@ -120,6 +121,26 @@ def record_observations(
     return recorded if recorded.dtype == np.uint8 else recorded.astype(np.float32)
 
 
+def deploy_observations(spec: PolicySpec, recorded: np.ndarray) -> dict[str, np.ndarray]:
+    """What the deployed model is fed, by input name, from the env's recorded observations:
+    ``obs`` (the actor's group of a flat one), or a dict observation's actor keys (its rows
+    unpacked: uint8 frames, float32 states)."""
+    if spec.obs_layout is not None:
+        parts = ObsLayout.from_spec(spec.obs_layout).unpack(recorded, spec.obs_groups["actor"])
+        return {key: np.ascontiguousarray(value) for key, value in parts.items()}
+    if spec.obs_groups is not None:  # the deployed policy reads the actor's group only
+        recorded = recorded[:, slice(*spec.obs_groups["actor"])]
+    return {"obs": recorded}
+
+
+def deploy_inputs(spec: PolicySpec) -> list[tuple[str, list[int], str]]:
+    """(name, shape of one observation, dtype) of each input of the deployed model."""
+    if spec.obs_layout is None:
+        return [("obs", spec.deploy_obs_shape, spec.obs_dtype)]
+    parts = ObsLayout.from_spec(spec.obs_layout).parts
+    return [(key, list(parts[key].shape), parts[key].dtype) for key in spec.obs_groups["actor"]]
+
+
 def random_observations(recorded: np.ndarray, count: int, seed: int) -> np.ndarray:
     """Observations around and beyond the recorded ones: mean ± 3 std, Gaussian; for uint8
     frames, uniform pixels over the whole 0-255 range."""
@@ -130,9 +151,9 @@ def random_observations(recorded: np.ndarray, count: int, seed: int) -> np.ndarr
     return (mean + 3.0 * std * rng.standard_normal((count, *recorded.shape[1:]))).astype(np.float32)
 
 
-def _torch_outputs(module: DeterministicPolicy, obs: np.ndarray) -> list[np.ndarray]:
+def _torch_outputs(module: DeterministicPolicy, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
     with torch.inference_mode():
-        out = module(torch.from_numpy(obs))
+        out = module(*(torch.from_numpy(value) for value in feeds.values()))
     out = out if isinstance(out, tuple) else (out,)
     return [o.numpy() for o in out]
 
@@ -212,13 +233,28 @@ def _to_onnx(
 ):
     """The traced, simplified and checked ONNX model of ``module``; its input ``obs`` has
     ``obs_dtype`` (uint8 frames: the encoder's cast and x / 255 are in the graph)."""
+    return _to_onnx_inputs(module, [("obs", obs_shape, obs_dtype)], batch, opset, discrete)
+
+
+def _to_onnx_inputs(
+    module: nn.Module,
+    inputs: list[tuple[str, list[int], str]],
+    batch: int | str,
+    opset: int,
+    discrete: bool,
+):
+    """``_to_onnx`` with ``inputs`` (name, shape of one observation, dtype; ``deploy_inputs``):
+    a dict observation's model takes one input per actor key."""
     onnx = _require("onnx")
     size = 1 if batch == "dynamic" else int(batch)
-    example = torch.zeros((size, *obs_shape), dtype=getattr(torch, obs_dtype))
+    example = tuple(
+        torch.zeros((size, *shape), dtype=getattr(torch, dtype)) for _, shape, dtype in inputs
+    )
+    input_names = [name for name, _, _ in inputs]
     output_names = ["action", "logits"] if discrete else ["action"]
     dynamic = None
     if batch == "dynamic":
-        dynamic = {name: {0: "batch"} for name in ["obs", *output_names]}
+        dynamic = {name: {0: "batch"} for name in [*input_names, *output_names]}
     buffer = io.BytesIO()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -226,10 +262,10 @@ def _to_onnx(
         # 8.6-11 parse, without the onnxscript dependency of the dynamo exporter.
         torch.onnx.export(
             module,
-            (example,),
+            example,
             buffer,
             dynamo=False,
-            input_names=["obs"],
+            input_names=input_names,
             output_names=output_names,
             dynamic_axes=dynamic,
             opset_version=opset,
@@ -303,7 +339,7 @@ def _io_layers(model_bytes: bytes) -> list[str]:
     return sorted(set(keep))
 
 
-def quantize_int8(model_bytes: bytes, calibration: np.ndarray) -> bytes:
+def quantize_int8(model_bytes: bytes, calibration: np.ndarray | dict[str, np.ndarray]) -> bytes:
     """Explicit quantisation: ONNX Runtime's static quantiser in Q/DQ format (per-channel
     weights, calibrated activation ranges, symmetric: every zero point 0) – the form TensorRT
     10.1+/11 builds as int8.
@@ -311,8 +347,10 @@ def quantize_int8(model_bytes: bytes, calibration: np.ndarray) -> bytes:
     The first and last matrix layers stay in float: a policy's observation mixes features of
     very different scales (a pole angle of 0.01 rad beside velocities of 3 m/s) and its outputs
     are compared with each other (argmax), so 8 bits there flips actions; the hidden layers are
-    where the arithmetic is.
+    where the arithmetic is. ``calibration``: the ``obs`` input's rows, or each input's by name.
     """
+    if isinstance(calibration, np.ndarray):
+        calibration = {"obs": calibration}
     _require("onnxruntime")
     from onnxruntime.quantization import (
         CalibrationDataReader,
@@ -322,12 +360,11 @@ def quantize_int8(model_bytes: bytes, calibration: np.ndarray) -> bytes:
     )
 
     class Reader(CalibrationDataReader):
-        def __init__(self, data: np.ndarray):
-            self._batches = iter(np.array_split(data, max(1, len(data) // 64)))
+        def __init__(self, data: dict[str, np.ndarray]):
+            self._batches = iter(_chunks(data, max(1, len(next(iter(data.values()))) // 64)))
 
         def get_next(self):
-            batch = next(self._batches, None)
-            return None if batch is None else {"obs": batch}
+            return next(self._batches, None)
 
     import tempfile
 
@@ -390,16 +427,16 @@ def export_bundle(
         env_cfg.get("wrappers"),
         facts,
     )
-    if spec.obs_groups is not None:  # the deployed policy reads the actor's group only
-        recorded = recorded[:, slice(*spec.obs_groups["actor"])]
-    observations = np.concatenate(
-        [recorded, random_observations(recorded, parity_observations, seed)]
-    )
+    recorded_feeds = deploy_observations(spec, recorded)
+    observations = {
+        name: np.concatenate([value, random_observations(value, parity_observations, seed)])
+        for name, value in recorded_feeds.items()
+    }
     if batch != "dynamic":
-        observations = observations[: len(observations) // batch * batch]
+        observations = {k: v[: len(v) // batch * batch] for k, v in observations.items()}
 
     module = DeterministicPolicy(policy, clip_actions, fp16=fp16).eval()
-    model = _to_onnx(module, spec.deploy_obs_shape, batch, opset, discrete, spec.obs_dtype)
+    model = _to_onnx_inputs(module, deploy_inputs(spec), batch, opset, discrete)
     model_bytes = model.SerializeToString()
     session = _session(model_bytes)
     reference = _torch_outputs(DeterministicPolicy(policy, clip_actions).eval(), observations)
@@ -430,7 +467,7 @@ def export_bundle(
             **errors,
             "rtol": rtol,
             "recorded_observations": len(recorded),
-            "random_observations": len(observations) - len(recorded),
+            "random_observations": len(next(iter(observations.values()))) - len(recorded),
         },
         env_id=env_id,
         env_config={k: env_cfg[k] for k in ENV_CONFIG_KEYS if env_cfg.get(k)},
@@ -442,10 +479,10 @@ def export_bundle(
         },
         deploy=facts.get("deploy", {}),
     )
-    np.savez_compressed(out / "calibration.npz", obs=recorded)
+    np.savez_compressed(out / "calibration.npz", **recorded_feeds)  # by input name
     if int8:
         info.variants["int8-qdq"] = _int8_variant(
-            model_bytes, recorded, observations, reference, discrete, spec, out, batch
+            model_bytes, recorded_feeds, reference, discrete, spec, out, batch
         )
     write_private(out / "policy.json", info.to_json())  # with its bundle_sha256: one unit
     elapsed = time.perf_counter() - start
@@ -453,13 +490,13 @@ def export_bundle(
     return ExportResult(out, info, elapsed, onnx_path.stat().st_size)
 
 
-def _int8_variant(model_bytes, recorded, observations, reference, discrete, spec, out, batch):
+def _int8_variant(model_bytes, recorded, reference, discrete, spec, out, batch):
     if batch != "dynamic":
         raise ExportError("--int8 needs --batch dynamic (the calibrator feeds batches of 64)")
     q_bytes = quantize_int8(model_bytes, recorded)
     # Judged on the calibration set (the observations the policy meets), as a user would;
     # the random observations beyond it saturate the calibrated ranges by construction.
-    n = len(recorded)
+    n = len(next(iter(recorded.values())))
     ref_recorded = [r[:n] for r in reference]
     q_errors = compare(ref_recorded, _run(_session(q_bytes), recorded, batch), discrete, spec)
     ok, rule = int8_acceptable(q_errors, discrete)
@@ -474,14 +511,20 @@ def _int8_variant(model_bytes, recorded, observations, reference, discrete, spec
     return {"onnx_file": path.name, "onnx_sha256": sha256_file(path), "parity": q_errors}
 
 
-def _run(session, observations: np.ndarray, batch: int | str) -> list[np.ndarray]:
+def _run(session, feeds: dict[str, np.ndarray], batch: int | str) -> list[np.ndarray]:
+    """The model's outputs for ``feeds`` (by input name), in chunks of ``batch`` rows when the
+    model's batch is fixed."""
     if batch == "dynamic":
-        return session.run(None, {"obs": observations})
-    parts = [
-        session.run(None, {"obs": chunk})
-        for chunk in np.split(observations, len(observations) // batch)
-    ]
+        return session.run(None, feeds)
+    rows = len(next(iter(feeds.values())))
+    parts = [session.run(None, chunk) for chunk in _chunks(feeds, rows // batch)]
     return [np.concatenate(p) for p in zip(*parts, strict=True)]
+
+
+def _chunks(feeds: dict[str, np.ndarray], count: int) -> list[dict[str, np.ndarray]]:
+    """``feeds`` split along the batch into ``count`` chunks, each input alike."""
+    split = {name: np.array_split(value, count) for name, value in feeds.items()}
+    return [{name: split[name][i] for name in feeds} for i in range(count)]
 
 
 def _action_space(spec: PolicySpec) -> dict[str, Any]:
@@ -496,6 +539,8 @@ def _action_space(spec: PolicySpec) -> dict[str, Any]:
 
 
 def _normalizer(policy: ActorCritic, spec: PolicySpec) -> dict[str, Any] | None:
+    if spec.obs_layout is not None:  # each input's own: the vector keys', each frame's x / 255
+        return {"folded_into_graph": True, "inputs": policy.actor[0].describe_inputs()}
     if spec.encoder is not None:  # the image encoder's own scaling, after the uint8 input
         return {"folded_into_graph": True, "formula": "x / 255", "input_dtype": spec.obs_dtype}
     norm = policy.obs_normalizer

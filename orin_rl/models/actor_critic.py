@@ -12,6 +12,7 @@ from torch import nn
 
 from orin_rl.models.cnn import ENCODERS, ImageEncoder, image_encoder_kind
 from orin_rl.models.distributions import Categorical, DiagGaussian
+from orin_rl.models.multi_input import dict_spec_fields, encoders
 from orin_rl.models.normalizer import EmpiricalNormalizer, ObsNormalizer
 
 ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU}
@@ -63,11 +64,20 @@ class PolicySpec:
     """With an ``encoder``: one encoder whose features both heads read (CleanRL's Atari agents,
     SB3's on-policy CnnPolicy), trained by the actor's and the critic's losses; ``act`` and
     ``evaluate`` then run it once. False: the actor and the critic each their own."""
+    obs_layout: list[dict] | None = None
+    """A dict observation (uint8 images and float32 states: mjlab's camera tasks): its keys'
+    shapes and dtypes in row order (``obs_layout.ObsLayout.to_spec``). It travels as one row of
+    bytes (``obs_shape`` [row bytes], ``obs_dtype`` uint8), ``obs_groups`` names the keys the
+    actor and the critic each read, and each network's ``MultiInputEncoder`` comes first."""
 
     def group_dim(self, role: str) -> int:
-        """Input width of the ``actor`` or the ``critic``."""
+        """Input width of the ``actor`` or the ``critic`` (a dict observation: the values of
+        its keys)."""
         if self.obs_groups is None:
             return int(np.prod(self.obs_shape))
+        if self.obs_layout is not None:
+            sizes = {e["key"]: int(np.prod(e["shape"])) for e in self.obs_layout}
+            return sum(sizes[key] for key in self.obs_groups[role])
         start, stop = self.obs_groups[role]
         return stop - start
 
@@ -80,7 +90,16 @@ class PolicySpec:
     def from_spaces(
         cls, observation_space: gym.Space, action_space: gym.Space, **kwargs
     ) -> PolicySpec:
-        """Describe a policy for single-env gymnasium spaces."""
+        """Describe a policy for single-env gymnasium spaces (a ``Dict`` of uint8 images and
+        float states: ``obs_layout``; ``obs_groups`` then names each role's keys)."""
+        if isinstance(observation_space, gym.spaces.Dict):
+            fields = dict_spec_fields(observation_space, kwargs.pop("obs_groups", None))
+            return cls.from_spaces(
+                gym.spaces.Box(0, 255, tuple(fields.pop("obs_shape")), np.uint8),
+                action_space,
+                **kwargs,
+                **fields,
+            )
         if not isinstance(observation_space, gym.spaces.Box):
             raise ValueError(f"observation space {observation_space} is not a Box")
         obs_shape = list(observation_space.shape)
@@ -165,6 +184,9 @@ class ActorCritic(SampledPolicy, nn.Module):
         if spec.encoder is not None:
             _check_image_spec(spec)
             actor_in = critic_in = ENCODERS[spec.encoder][1]  # its feature width
+        multi = encoders(spec) if spec.obs_layout is not None else None  # a dict observation
+        if multi is not None:
+            actor_in, critic_in = multi[0].features, multi[1].features
         self.actor = mlp(actor_in, spec.hidden_sizes, out_dim, spec.activation, 0.01, ortho)
         self.critic = mlp(critic_in, critic_hidden, 1, spec.activation, 1.0, ortho)
         self._shared = spec.encoder is not None and spec.share_encoder
@@ -174,7 +196,10 @@ class ActorCritic(SampledPolicy, nn.Module):
             critic_encoder = encoder if self._shared else ImageEncoder(spec.obs_shape, spec.encoder)
             self.actor = nn.Sequential(encoder, *self.actor)
             self.critic = nn.Sequential(critic_encoder, *self.critic)
-        groups = spec.obs_groups
+        if multi is not None:  # first in each Sequential, as an image encoder: rows of bytes in
+            self.actor = nn.Sequential(multi[0], *self.actor)
+            self.critic = nn.Sequential(multi[1], *self.critic)
+        groups = spec.obs_groups if multi is None else None  # a dict's: keys, read by `multi`
         self._actor_part = slice(*groups["actor"]) if groups else slice(None)
         self._critic_part = slice(*groups["critic"]) if groups else slice(None)
         if not self.discrete and spec.rsl_rl:  # rsl_rl's "scalar" std: Adam moves it linearly
@@ -182,12 +207,14 @@ class ActorCritic(SampledPolicy, nn.Module):
         elif not self.discrete:
             self.log_std = nn.Parameter(torch.full((spec.action_dim,), spec.init_log_std))
         inside = spec.rsl_rl and spec.normalize_obs
+        self._inside = inside
         self.obs_normalizer = (
             ObsNormalizer(tuple(spec.obs_shape), clip=spec.obs_clip)
             if spec.normalize_obs and not inside
             else None
         )
         """The run's one normaliser, applied before the networks (``normalize``)."""
+        inside = inside and multi is None  # a dict's: in its encoders, over the vector keys
         self.actor_normalizer = EmpiricalNormalizer(actor_in) if inside else None
         """rsl_rl's: inside the actor, over the actor's group (``update_normalizers``)."""
         self.critic_normalizer = EmpiricalNormalizer(critic_in) if inside else None
@@ -197,7 +224,7 @@ class ActorCritic(SampledPolicy, nn.Module):
     def normalizes_inside(self) -> bool:
         """Whether the networks normalise their own inputs (rsl_rl's normalisers): observations
         are then stored raw and ``normalize`` passes them through."""
-        return self.actor_normalizer is not None
+        return self._inside
 
     def normalize(self, obs: torch.Tensor, update: bool = False) -> torch.Tensor:
         """Apply the observation normaliser (updating it first when ``update``); with rsl_rl's
@@ -211,6 +238,10 @@ class ActorCritic(SampledPolicy, nn.Module):
     @torch.no_grad()
     def update_normalizers(self, obs: torch.Tensor) -> None:
         """Fold raw ``obs`` (batch, *obs_shape) into rsl_rl's actor and critic normalisers."""
+        if self.spec.obs_layout is not None:  # a dict observation's: in each network's encoder
+            self.actor[0].update_normalizer(obs)
+            self.critic[0].update_normalizer(obs)
+            return
         flat = obs.flatten(1)
         self.actor_normalizer.update(flat[:, self._actor_part])
         self.critic_normalizer.update(flat[:, self._critic_part])

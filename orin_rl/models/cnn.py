@@ -1,7 +1,8 @@
 """Convolutional networks: the image encoders of the policies, and the seed's benchmark CNN.
 
 ``ImageEncoder`` is what a policy on frames sees through (chosen from the observation space by
-``image_encoder_kind``); ``SeedCNNPolicy`` (3 convolutions + 2 fully connected layers on 256×256
+``image_encoder_kind``), ``KeypointEncoder`` what each image of a dict observation (mjlab's camera
+tasks) does; ``SeedCNNPolicy`` (3 convolutions + 2 fully connected layers on 256×256
 images) is the heavier reference model of the export and runtime benchmarks (``--model
 cnn-seed``).
 """
@@ -108,3 +109,53 @@ class ImageEncoder(nn.Module):
             x = x.permute(0, 3, 1, 2)  # (batch, H, W, C) -> (batch, C, H, W)
         x = x.to(self.fc[0].weight.dtype) * (1.0 / 255.0)  # (batch, C, H, W) in [0, 1]
         return self.fc(self.convs(x))
+
+
+KEYPOINT_CONVS = ((16, 5, 2), (32, 3, 2))
+"""(out_channels, kernel, stride) of mjlab's vision encoder (its Yam camera tasks' ``cnn_cfg``)."""
+
+
+class KeypointEncoder(nn.Module):
+    """uint8 frames (batch, C, H, W) or (batch, H, W, C) → (batch, 2 × channels) float: mjlab's
+    ``SpatialSoftmaxCNN`` as its camera tasks configure it (``KEYPOINT_CONVS``, ELU, zero padding
+    as rsl_rl's ``CNN`` computes it, torch's default init), then a spatial soft-argmax (Levine
+    et al. 2016): each last feature map's expected (x, y) position in [-1, 1], interleaved.
+    Frames are scaled x / 255 here, so the storage and the exported input stay uint8.
+    """
+
+    def __init__(self, image_shape: tuple[int, ...] | list[int], temperature: float = 1.0):
+        super().__init__()
+        self.image_shape = tuple(int(d) for d in image_shape)
+        self.channels_last = not channels_first(self.image_shape)
+        c, h, w = self.image_shape
+        if self.channels_last:
+            h, w, c = self.image_shape
+        layers: list[nn.Module] = []
+        for out, kernel, stride in KEYPOINT_CONVS:
+            pad_h, pad_w = (_same_padding(n, kernel, stride) for n in (h, w))
+            layers += [nn.Conv2d(c, out, kernel, stride, (pad_h, pad_w)), nn.ELU()]
+            h, w = ((n + 2 * pad - kernel) // stride + 1 for n, pad in ((h, pad_h), (w, pad_w)))
+            c = out
+        self.convs = nn.Sequential(*layers)
+        pos_x, pos_y = torch.meshgrid(torch.linspace(-1.0, 1.0, h), torch.linspace(-1.0, 1.0, w),
+                                      indexing="ij")  # fmt: skip
+        self.register_buffer("pos_x", pos_x.reshape(1, 1, -1))
+        self.register_buffer("pos_y", pos_y.reshape(1, 1, -1))
+        self.temperature = temperature
+        self.features = 2 * c
+
+    def forward(self, frames: torch.Tensor) -> torch.Tensor:
+        """(batch, 2 × channels) keypoints of uint8 ``frames`` (a float dtype is scaled the same
+        way)."""
+        x = frames.reshape(-1, *self.image_shape)
+        if self.channels_last:
+            x = x.permute(0, 3, 1, 2)  # (batch, H, W, C) -> (batch, C, H, W)
+        x = self.convs(x.to(self.convs[0].weight.dtype) * (1.0 / 255.0))  # (batch, C', H', W')
+        weights = torch.softmax(x.flatten(2) / self.temperature, dim=-1)  # (batch, C', H' W')
+        xs, ys = (weights * self.pos_x).sum(-1), (weights * self.pos_y).sum(-1)
+        return torch.stack([xs, ys], dim=-1).flatten(1)  # (batch, 2 C'): x0, y0, x1, y1, ...
+
+
+def _same_padding(size: int, kernel: int, stride: int) -> int:
+    """rsl_rl's ``CNN`` padding of one side (its ``_compute_padding``, dilation 1)."""
+    return math.ceil((stride * (size // stride) - size - stride + kernel) / 2)

@@ -18,7 +18,9 @@ class DeterministicPolicy(nn.Module):
 
     Discrete: outputs ``action`` (int64, argmax) and ``logits`` (Q values for DQN). Continuous:
     ``action`` (the Gaussian mean, clipped to the action bounds when ``clip_actions``; for a
-    squashed SAC actor the bounds-scaled tanh of the mean).
+    squashed SAC actor the bounds-scaled tanh of the mean). A dict observation's policy takes one
+    input per actor key (``keys``, in that order: uint8 frames, float32 states), its encoder
+    normalising and scaling them inside.
     """
 
     def __init__(self, policy: ActorCritic, clip_actions: bool = True, fp16: bool = False):
@@ -26,6 +28,8 @@ class DeterministicPolicy(nn.Module):
         spec = policy.spec
         self.discrete = spec.action_kind == "discrete"
         self.fp16 = fp16
+        self.keys = list(spec.obs_groups["actor"]) if spec.obs_layout is not None else None
+        """A dict observation's actor keys: the inputs of ``forward``, in order (None: one)."""
         # A copy: .half() converts in place and must not touch the trained policy.
         self.actor = copy.deepcopy(policy.actor).float()
         if fp16:
@@ -58,8 +62,13 @@ class DeterministicPolicy(nn.Module):
             self.register_buffer("low", torch.tensor(spec.action_low, dtype=torch.float32))
             self.register_buffer("high", torch.tensor(spec.action_high, dtype=torch.float32))
 
-    def forward(self, obs: torch.Tensor):
-        x = obs
+    def forward(self, *inputs: torch.Tensor):
+        if self.keys is not None:  # a dict observation: (batch, *shape) per actor key
+            parts = dict(zip(self.keys, inputs, strict=True))
+            if self.fp16:
+                parts = {k: v.half() if v.is_floating_point() else v for k, v in parts.items()}
+            return self._head(self.actor(parts).float())
+        x = inputs[0]
         if self.has_norm and self.norm_clip is None:
             x = (x - self.obs_mean) / self.obs_div
         elif self.has_norm:
@@ -67,7 +76,10 @@ class DeterministicPolicy(nn.Module):
         x = x.flatten(1)
         if self.fp16:
             x = x.half()
-        out = self.actor(x).float()
+        return self._head(self.actor(x).float())
+
+    def _head(self, out: torch.Tensor):
+        """The action (and the logits) from the actor's float32 output."""
         if self.discrete:
             return out.argmax(-1), out
         if self.squash:  # inside the bounds by construction: no clip

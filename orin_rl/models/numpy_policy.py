@@ -38,6 +38,7 @@ def blocker(policy: ActorCritic) -> str | None:
     spec = policy.spec
     checks = [
         (spec.squash, "a squashed (SAC) head"),
+        (spec.obs_layout is not None, "a dict observation (images and states)"),
         (spec.obs_groups is not None, "actor and critic observation groups"),
         # rsl_rl's statistics fold in every env step; the workers' fold in each rollout's end
         (getattr(policy, "normalizes_inside", False), "rsl_rl's per-step normalisers"),

@@ -47,6 +47,9 @@ class OffPolicyRunner(Runner):
             activation="relu",
             squash=cfg.train.algo == "sac",
         )
+        if self.policy_spec.obs_layout is not None:
+            raise OrinError(f"{cfg.env.env_id} gives a dict observation (images and states): "
+                            "train it with --algo ppo; SAC and DQN take one array")  # fmt: skip
         common = (self.policy_spec, sub, cfg.env.num_envs, self.device, cfg.buffer.placement,
                   cfg.train.log_every)  # fmt: skip
         if cfg.train.algo == "sac":

@@ -8,6 +8,7 @@ from __future__ import annotations
 import abc
 import logging
 import math
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -41,7 +42,8 @@ class Backend(abc.ABC):
     """Base of every runtime backend.
 
     Args:
-        input_spec: the observation input (name, shape with "batch" or an int, dtype).
+        input_spec: the observation input (name, shape with "batch" or an int, dtype), or the
+            inputs of a dict observation's model (one per key: ``infer`` then takes a dict).
         output_spec: the outputs, ``action`` first.
         safe_action: returned (and counted) when the input or the output is not finite; None
             raises instead.
@@ -51,10 +53,13 @@ class Backend(abc.ABC):
 
     def __init__(
         self,
-        input_spec: TensorSpec,
+        input_spec: TensorSpec | list[TensorSpec],
         output_spec: list[TensorSpec],
         safe_action: np.ndarray | None = None,
     ):
+        self.input_specs = list(input_spec) if isinstance(input_spec, list) else [input_spec]
+        """Every input: one, or a dict observation's keys (``infer`` takes them by name)."""
+        input_spec = self.input_specs[0]
         self.input_spec = input_spec
         self.output_spec = output_spec
         self.safe_action = None if safe_action is None else np.asarray(safe_action)
@@ -85,8 +90,9 @@ class Backend(abc.ABC):
     def __exit__(self, *exc) -> None:
         self.deactivate()
 
-    def infer(self, obs: np.ndarray) -> np.ndarray:
-        """One observation batch (batch, *obs_shape) → actions (batch, ...) on the host.
+    def infer(self, obs: np.ndarray | Mapping[str, np.ndarray]) -> np.ndarray:
+        """One observation batch (batch, *obs_shape) → actions (batch, ...) on the host; a dict
+        observation's model takes a dict of such batches, one per input name.
 
         Wrong shape or dtype raises ValueError. Non-finite input or output returns the safe
         action for the whole batch (counted in ``non_finite_events``) or raises when none is set.
@@ -94,15 +100,20 @@ class Backend(abc.ABC):
         if not self.active:
             raise RuntimeBackendError(f"{self.name} backend is not active: call activate() first")
         obs = self.validate(obs)
-        if not _finite(obs):
-            return self._unsafe("non-finite observation", len(obs))
+        arrays = list(obs.values()) if isinstance(obs, dict) else [obs]
+        rows = len(arrays[0])
+        if not all(_finite(a) for a in arrays):
+            return self._unsafe("non-finite observation", rows)
         action = self.infer_impl(obs)
         if action.dtype.kind == "f" and not _finite(action):
-            return self._unsafe("non-finite action from the model", len(obs))
+            return self._unsafe("non-finite action from the model", rows)
         return action
 
-    def validate(self, obs: Any) -> np.ndarray:
-        """Check shape and dtype against the input spec (float64 is not cast silently)."""
+    def validate(self, obs: Any) -> np.ndarray | dict[str, np.ndarray]:
+        """Check shape and dtype against the input spec (float64 is not cast silently); a
+        model of several inputs takes a dict of them by name, of one batch size."""
+        if len(self.input_specs) > 1:
+            return self._validate_inputs(obs)
         if not isinstance(obs, np.ndarray):
             raise ValueError(f"obs must be a numpy array, got {type(obs).__name__}")
         if obs.dtype != self._dtype:
@@ -118,6 +129,30 @@ class Backend(abc.ABC):
             )
         return obs if obs.flags.c_contiguous else np.ascontiguousarray(obs)
 
+    def _validate_inputs(self, obs: Any) -> dict[str, np.ndarray]:
+        names = [spec.name for spec in self.input_specs]
+        if not isinstance(obs, Mapping) or set(obs) != set(names):
+            got = sorted(obs) if isinstance(obs, Mapping) else type(obs).__name__
+            raise ValueError(f"this model takes {len(names)} inputs by name ({', '.join(names)}): "
+                             f"pass a dict of numpy arrays, not {got}")  # fmt: skip
+        feeds = {}
+        for spec in self.input_specs:
+            value = obs[spec.name]
+            if not isinstance(value, np.ndarray) or value.dtype != np.dtype(spec.dtype):
+                what = value.dtype if isinstance(value, np.ndarray) else type(value).__name__
+                raise ValueError(f"input {spec.name}: {what} does not match the model's "
+                                 f"{spec.dtype} (a numpy array)")  # fmt: skip
+            batch = spec.shape[0] if isinstance(spec.shape[0], int) else None
+            fits = value.ndim == len(spec.shape) and value.shape[1:] == tuple(spec.shape[1:])
+            if not fits or (batch is not None and value.shape[0] != batch):
+                raise ValueError(f"input {spec.name}: shape {value.shape} does not match the "
+                                 f"model's {tuple(spec.shape)} (batch first)")  # fmt: skip
+            feeds[spec.name] = value if value.flags.c_contiguous else np.ascontiguousarray(value)
+        if len({len(v) for v in feeds.values()}) > 1:
+            sizes = {k: len(v) for k, v in feeds.items()}
+            raise ValueError(f"the inputs' batches differ ({sizes}): one row per observation")
+        return feeds
+
     def _unsafe(self, why: str, batch: int) -> np.ndarray:
         self.non_finite_events += 1
         if self.safe_action is None:
@@ -131,8 +166,9 @@ class Backend(abc.ABC):
         """Create sessions, engines and buffers."""
 
     @abc.abstractmethod
-    def infer_impl(self, obs: np.ndarray) -> np.ndarray:
-        """Run the model on a validated batch; return the ``action`` output."""
+    def infer_impl(self, obs: np.ndarray | dict[str, np.ndarray]) -> np.ndarray:
+        """Run the model on a validated batch (a dict of them, by input name, for a model of
+        several inputs); return the ``action`` output."""
 
     @abc.abstractmethod
     def deactivate_impl(self) -> None:

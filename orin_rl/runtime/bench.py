@@ -32,13 +32,11 @@ def rss_mb() -> float:
 
 
 def time_backend(backend: Backend, batch: int, iters: int, seed: int = 0) -> dict[str, float]:
-    """Latency statistics of ``iters`` calls at ``batch`` (after a warm-up)."""
-    shape = [batch if i == 0 else d for i, d in enumerate(backend.input_spec.shape)]
-    rng, dtype = np.random.default_rng(seed), np.dtype(backend.input_spec.dtype)
-    if dtype == np.uint8:  # frames: pixels over their whole range
-        obs = rng.integers(0, 256, shape, dtype=np.uint8)
-    else:
-        obs = rng.standard_normal(shape).astype(dtype)
+    """Latency statistics of ``iters`` calls at ``batch`` (after a warm-up); a model of
+    several inputs (a dict observation's) is fed each of them."""
+    rng = np.random.default_rng(seed)
+    feeds = {spec.name: _random_input(spec, batch, rng) for spec in backend.input_specs}
+    obs = feeds if len(feeds) > 1 else next(iter(feeds.values()))
     for _ in range(max(10, iters // 20)):
         backend.infer(obs)
     samples = np.empty(iters)
@@ -55,6 +53,15 @@ def time_backend(backend: Backend, batch: int, iters: int, seed: int = 0) -> dic
         "p99_us": float(np.percentile(us, 99)),
         "throughput_per_s": batch / (us.mean() / 1e6),
     }
+
+
+def _random_input(spec: Any, batch: int, rng: np.random.Generator) -> np.ndarray:
+    """A random batch for one input: uint8 frames over their whole range, else Gaussian."""
+    shape = [batch if i == 0 else d for i, d in enumerate(spec.shape)]
+    dtype = np.dtype(spec.dtype)
+    if dtype == np.uint8:  # frames: pixels over their whole range
+        return rng.integers(0, 256, shape, dtype=np.uint8)
+    return rng.standard_normal(shape).astype(dtype)
 
 
 def gpu_memory_mb() -> float | None:

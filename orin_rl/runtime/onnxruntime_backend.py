@@ -7,7 +7,8 @@ On the CUDA EP the binding is device memory (``OrtValue`` on ``cuda``): a call c
 observation in, runs, and copies the action back. With ``EpSettings.cuda_graph``
 (``--cuda-graph``) the EP captures the run in a CUDA graph on its first call at a batch size
 and replays it after (``enable_cuda_graph``, one ``gpu_graph_id`` per batch size);
-``docs/benchmarks/infer_h200.json`` has both beside torch's."""
+``docs/benchmarks/infer_h200.json`` has both beside torch's. A dict observation's model (one
+input per key) runs with a feed of its inputs by name, on host buffers."""
 
 from __future__ import annotations
 
@@ -78,11 +79,12 @@ class EpSettings:
 def provider_options(
     names: list[str],
     onnx_sha256: str,
-    obs_shape: list[int],
+    obs_shape: list[int] | dict[str, list[int]],
     versions: dict[str, str],
     settings: EpSettings,
 ) -> list[tuple[str, dict[str, Any]]]:
-    """``(provider, options)`` for each of ``names`` in order.
+    """``(provider, options)`` for each of ``names`` in order; ``obs_shape``: one observation's
+    shape of the input ``obs``, or of each input by name.
 
     The TensorRT EP's engine and timing caches go to a folder keyed by the model hash and the
     versions of ONNX Runtime, TensorRT and the GPU, so a cache is never reused across a change
@@ -106,12 +108,12 @@ def provider_options(
             }
             if settings.dla_core is not None:
                 trt.update(trt_dla_enable=True, trt_dla_core=settings.dla_core)
-            dims = "x".join(str(d) for d in obs_shape)
+            shapes = obs_shape if isinstance(obs_shape, dict) else {"obs": obs_shape}
             mn, opt, mx = settings.batch
             trt.update(
-                trt_profile_min_shapes=f"obs:{mn}x{dims}",
-                trt_profile_opt_shapes=f"obs:{opt}x{dims}",
-                trt_profile_max_shapes=f"obs:{mx}x{dims}",
+                trt_profile_min_shapes=_profile(shapes, mn),
+                trt_profile_opt_shapes=_profile(shapes, opt),
+                trt_profile_max_shapes=_profile(shapes, mx),
             )
             chosen.append((TENSORRT_EP, trt))
         elif name == CUDA_EP:
@@ -122,6 +124,12 @@ def provider_options(
         else:
             chosen.append((name, {}))
     return chosen
+
+
+def _profile(shapes: dict[str, list[int]], batch: int) -> str:
+    """The TensorRT EP's shape profile: ``name:BxDxD,...`` for each input."""
+    return ",".join(f"{name}:{batch}x" + "x".join(str(d) for d in dims)
+                    for name, dims in shapes.items())  # fmt: skip
 
 
 def _versions(ort, names: list[str]) -> dict[str, str]:
@@ -167,7 +175,7 @@ class OnnxRuntimeBackend(Backend):
         safe_action: np.ndarray | None = None,
         ep: EpSettings | None = None,
     ):
-        super().__init__(info.inputs[0], info.outputs, safe_action)
+        super().__init__(list(info.inputs), info.outputs, safe_action)
         self.onnx_path = Path(onnx_path)
         self.info = info
         self.precision = info.precision
@@ -198,7 +206,8 @@ class OnnxRuntimeBackend(Backend):
         else:
             wanted = [TENSORRT_EP, CUDA_EP, CPU_EP] if self.device.startswith("cuda") else [CPU_EP]
             names = [p for p in wanted if p in available]
-        obs_shape = [d for d in self.input_spec.shape[1:] if isinstance(d, int)]
+        shapes = {s.name: [d for d in s.shape[1:] if isinstance(d, int)] for s in self.input_specs}
+        obs_shape = shapes if len(shapes) > 1 else next(iter(shapes.values()))
         versions = _versions(ort, names) if ort is not None else {}
         return provider_options(names, self.info.onnx_sha256, obs_shape, versions, self.ep)
 
@@ -241,7 +250,11 @@ class OnnxRuntimeBackend(Backend):
         self._outputs = [self.output_spec[0].name]
         self._bindings = {}
         out_dims = self.output_spec[0].shape[1:]
-        self._device_io = self.provider == CUDA_EP and all(isinstance(d, int) for d in out_dims)
+        self._device_io = (
+            self.provider == CUDA_EP
+            and all(isinstance(d, int) for d in out_dims)
+            and len(self.input_specs) == 1
+        )
         self._graph_ids = 0
 
     def _bind(self, obs: np.ndarray, action: np.ndarray) -> None:
@@ -284,7 +297,9 @@ class OnnxRuntimeBackend(Backend):
         self._bindings[batch] = bound
         return bound
 
-    def infer_impl(self, obs: np.ndarray) -> np.ndarray:
+    def infer_impl(self, obs: np.ndarray | dict[str, np.ndarray]) -> np.ndarray:
+        if isinstance(obs, dict):  # a dict observation's model: its inputs by name
+            return self.session.run(self._outputs, obs)[0]
         with self._lock:  # the bound buffers are shared: one call at a time uses them
             return self._infer_bound(obs)
 

@@ -73,7 +73,7 @@ def make_driver(
     from orin_rl import env_backends
 
     if env_backends.for_id(env_id, "gym") == "mjlab":
-        from orin_rl.envs.mjlab import MjlabDriver
+        from orin_rl.envs.mjlab_play import MjlabDriver
 
         return MjlabDriver(env_id, seed, env_config, plant_device)
     return EnvDriver(env_id, seed, env_config)
@@ -153,9 +153,21 @@ def run_policy(
 
 
 def _check_fits(runner, driver: EnvDriver, env_id: str) -> None:
-    """The model's observation shape against the env's, before the loop starts."""
+    """The model's observation shape against the env's, before the loop starts (a dict
+    observation's: each key's)."""
     from orin_rl.runtime.base import RuntimeBackendError
 
+    if isinstance(driver.obs, dict) or len(runner.input_specs) > 1:
+        want = {s.name: tuple(s.shape[1:]) for s in runner.input_specs}
+        obs = driver.obs if isinstance(driver.obs, dict) else {"obs": driver.obs}
+        got = {key: tuple(value.shape[1:]) for key, value in obs.items()}
+        if want != got:
+            driver.env.close()
+            raise RuntimeBackendError(
+                f"the model takes observations {want}, {env_id} gives {got}: pass --env with "
+                "the environment it was trained on"
+            )
+        return
     want = [d for d in runner.input_spec.shape[1:] if isinstance(d, int)]
     got = list(driver.obs.shape[1:])
     if want and want != got:

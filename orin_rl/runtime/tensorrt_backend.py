@@ -73,6 +73,13 @@ class TensorRTBackend(Backend):
             bundle.TensorSpec(t.name, list(t.shape), contract_dtype(t.dtype))
             for t in sidecar.outputs
         ]
+        if len(inputs) > 1:
+            names = ", ".join(t.name for t in inputs)
+            raise RuntimeBackendError(
+                f"{self.engine_path}: an engine of {len(inputs)} inputs ({names}: a dict "
+                "observation's) is not run by the TensorRT backend, which binds one: run the "
+                "bundle with --backend onnxruntime"
+            )
         super().__init__(inputs[0], outputs, safe_action)
         self.sidecar = sidecar
         self.batch = batch

@@ -109,6 +109,12 @@ class TorchBackend(Backend):
         from orin_rl.models.deploy import DeterministicPolicy
 
         policy, spec, _ = load_policy(run_dir)
+        if spec.obs_layout is not None:
+            raise RuntimeBackendError(
+                f"{run_dir}: a dict observation's policy (one input per key) runs from its "
+                "bundle on onnxruntime, the torch backend takes one input: `orin-rl export "
+                f"{run_dir}`, then --backend onnxruntime"
+            )
         discrete = spec.action_kind == "discrete"
         obs = TensorSpec("obs", ["batch", *spec.deploy_obs_shape], spec.obs_dtype)
         action = TensorSpec(

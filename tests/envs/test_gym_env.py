@@ -194,3 +194,35 @@ class TestErrors:
     def test_bad_num_envs(self):
         with pytest.raises(EnvError, match="num_envs"):
             make("CartPole-v1", 0)
+
+
+class _DictObservationEnv(gym.Env):
+    """A frame and a state (SB3's ``MultiInputPolicy`` kind of env)."""
+
+    observation_space = gym.spaces.Dict({
+        "camera": gym.spaces.Box(0, 255, (1, 4, 4), np.uint8),
+        "state": gym.spaces.Box(-1.0, 1.0, (2,), np.float32),
+    })  # fmt: skip
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return self.observation_space.sample(), {}
+
+    def step(self, action):
+        return self.observation_space.sample(), 0.0, False, False, {}
+
+
+def test_a_dict_observation_is_one_line_naming_the_flattening_wrapper():
+    """The gymnasium adapter takes one array: a Dict space is refused before a step, with the
+    wrapper that flattens it (which then runs)."""
+    same_step = {"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}
+    vec = gym.vector.SyncVectorEnv([_DictObservationEnv] * 2, **same_step)
+    with pytest.raises(EnvError) as exc:
+        GymVecEnv(vec)
+    assert "\n" not in str(exc.value)
+    assert "env.wrappers: [gymnasium.wrappers:FlattenObservation]" in str(exc.value)
+    flat = gym.vector.SyncVectorEnv(
+        [lambda: gym.wrappers.FlattenObservation(_DictObservationEnv())] * 2, **same_step
+    )
+    assert GymVecEnv(flat).reset(seed=0).shape == (2, 18)

@@ -533,7 +533,7 @@ def test_the_plants_warm_up_changes_nothing_of_the_run():
     """``orin-rl run``'s mjlab plant steps before the first tick (kernel loads, the graphs'
     captures), then starts from the seeded reset: the first observation and the first
     step are those of a world that never warmed up."""
-    from orin_rl.envs.mjlab import MjlabDriver, MjlabGymEnv
+    from orin_rl.envs.mjlab_play import MjlabDriver, MjlabGymEnv
 
     # the task's start-up randomisation (encoder bias, friction) draws when a world is built:
     # both worlds are built with the run's seed
@@ -744,7 +744,7 @@ def test_one_seed_builds_and_steps_the_same_play_world_twice():
     """``orin-rl eval``/``run``'s world (issue 41 item 3: eval of one bundle with one seed gave
     61.55, then 60.70): two builds with one seed step alike, as the task's startup events
     (friction, masses) draw at the build (mutation: the build unseeded fails)."""
-    from orin_rl.envs.mjlab import MjlabGymEnv
+    from orin_rl.envs.mjlab_play import MjlabGymEnv
 
     runs = []
     for _ in range(2):
