@@ -29,6 +29,9 @@ def _tool(name: str) -> str:
         "tools/fake_tegrastats.sh",
         "tools/bench_locomotion_h200.sh",
         "tools/h200_mjlab.sh",
+        "tools/stage_atari_gpu.sh",
+        "tools/atari_gpu_call.sh",
+        "tools/camera_gpu_call.sh",
     ],
 )
 def test_shellcheck(script):

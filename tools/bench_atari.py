@@ -83,7 +83,10 @@ def _alive(pid: int) -> bool:
         os.kill(pid, 0)
     except OSError:
         return False
-    return Path(f"/proc/{pid}").exists() and "Z" not in Path(f"/proc/{pid}/stat").read_text().split()[2]
+    return (
+        Path(f"/proc/{pid}").exists()
+        and "Z" not in Path(f"/proc/{pid}/stat").read_text().split()[2]
+    )
 
 
 def wait(args: argparse.Namespace) -> None:
@@ -113,8 +116,11 @@ def ours_run(folder: Path) -> dict:
     records = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()
                if line.strip()]  # fmt: skip
     train = [r for r in records if "steps_per_s" in r]
-    return {"records": train, "steps_per_s": train[-1]["steps_per_s"] if train else None,
-            "final_step": train[-1]["global_step"] if train else 0}
+    return {
+        "records": train,
+        "steps_per_s": train[-1]["steps_per_s"] if train else None,
+        "final_step": train[-1]["global_step"] if train else 0,
+    }
 
 
 def return_at(run: dict, who: str, step: int) -> float | None:
@@ -166,8 +172,7 @@ def report(args: argparse.Namespace) -> None:
     result = {
         "benchmark": "atari_envpool_ppo",
         "date": args.date or time.strftime("%Y-%m-%d"),
-        "machine": args.machine or (torch.cuda.get_device_name(0) if torch.cuda.is_available()
-                                    else platform.machine()),  # fmt: skip
+        "machine": args.machine or _gpu_name(torch),
         "note": args.note,
         "cpus": os.cpu_count(),
         "env_id": meta["env_id"],
@@ -181,14 +186,23 @@ def report(args: argparse.Namespace) -> None:
         "steps_per_s_ratio_mean": statistics.fmean(ratios) if ratios else None,
         "ours_return_at_equal_steps_mean": mean_of("ours_return_at_equal_steps"),
         "cleanrl_return_at_equal_steps_mean": mean_of("cleanrl_return_at_equal_steps"),
-        "curves": {k: (r["games"] if "games" in r else
-                       [(x["global_step"], x.get("charts/episode_return_mean")) for x in r["records"]])
-                   for k, r in runs.items()},  # fmt: skip
+        "curves": {
+            k: (
+                r["games"]
+                if "games" in r
+                else [(x["global_step"], x.get("charts/episode_return_mean")) for x in r["records"]]
+            )
+            for k, r in runs.items()
+        },
     }
     (args.out / f"{args.name}.json").write_text(json.dumps(result, indent=2) + "\n")
     (args.out / f"{args.name}.md").write_text(markdown(result))
     _plot(result, args.out / f"{args.name}.png")
     print(markdown(result))
+
+
+def _gpu_name(torch) -> str:
+    return torch.cuda.get_device_name(0) if torch.cuda.is_available() else platform.machine()
 
 
 def _summary(folder: Path) -> dict | None:

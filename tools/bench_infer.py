@@ -412,17 +412,21 @@ def markdown(r: dict) -> str:
         lines.append(
             f"| {row['backend']} | {row['batch']} | {row['mean_us'] / 1e3:.2f} | {row['p50_us'] / 1e3:.2f} | {row['p99_us'] / 1e3:.2f} | {row['fps']:,.0f} |"
         )
-    lines += [] if not r["torch_free"] else [
-        "",
-        f"torch-free `orin-rl run` (torch and numba blocked): peak RSS **{r['torch_free'].get('peak_rss_mb', float('nan')):.0f} MiB**"
-        + (
-            " (resident after each step: "
-            + ", ".join(f"{k} {v:.0f}" for k, v in r["torch_free"]["rss_mb_after"].items())
-            + " MiB)."
-            if r["torch_free"].get("rss_mb_after")
-            else "."
-        ),
-    ]
+    lines += (
+        []
+        if not r["torch_free"]
+        else [
+            "",
+            f"torch-free `orin-rl run` (torch and numba blocked): peak RSS **{r['torch_free'].get('peak_rss_mb', float('nan')):.0f} MiB**"
+            + (
+                " (resident after each step: "
+                + ", ".join(f"{k} {v:.0f}" for k, v in r["torch_free"]["rss_mb_after"].items())
+                + " MiB)."
+                if r["torch_free"].get("rss_mb_after")
+                else "."
+            ),
+        ]
+    )
     for gp in r.get("graph_profile", []):
         if "error" in gp:
             lines += ["", f"CUDA graph profile: failed: {gp['error']}"]
@@ -474,8 +478,11 @@ def main() -> None:
     parser.add_argument("--loop-fifo", type=int, metavar="PRIO", help="the loop at SCHED_FIFO")
     parser.add_argument("--loop-cpu", type=int, help="pin the loop to this CPU")
     parser.add_argument("--loop-mlock", action="store_true", help="lock the loop's memory")
-    parser.add_argument("--tables-only", action="store_true",
-                        help="the MLP and CNN tables only (no torch-free RSS, no loop)")
+    parser.add_argument(
+        "--tables-only",
+        action="store_true",
+        help="the MLP and CNN tables only (no torch-free RSS, no loop)",
+    )
     args = parser.parse_args()
     cuda = torch.cuda.is_available()
     with tempfile.TemporaryDirectory() as tmp_name:

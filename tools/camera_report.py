@@ -34,10 +34,21 @@ def main() -> None:
         "task": summary["env_id"],
         "command": "bash tools/camera_gpu_call.sh 280 1024",
         "num_envs": 1024,
-        "ours": {k: summary.get(k) for k in ("total_steps", "iterations", "wall_time_s",
-                                              "steps_per_s", "eval_return_mean",
-                                              "eval_return_std", "eval_episodes", "stop_reason",
-                                              "startup", "seed")},  # fmt: skip
+        "ours": {
+            k: summary.get(k)
+            for k in (
+                "total_steps",
+                "iterations",
+                "wall_time_s",
+                "steps_per_s",
+                "eval_return_mean",
+                "eval_return_std",
+                "eval_episodes",
+                "stop_reason",
+                "startup",
+                "seed",
+            )
+        },
         "ours_first_return": curve[0][2] if curve else None,
         "ours_last_return": curve[-1][2] if curve else None,
         "curve": curve,
@@ -63,9 +74,12 @@ def main() -> None:
         f"{o['eval_return_mean']:.2f} ± {o['eval_return_std']:.2f} over {o['eval_episodes']} "
         "episodes.",
         "- mjlab's own train: "
-        + ("ran (its log beside this record)." if peer_ran else
-           f"did not run: `{result['mjlab_error']}` (MuJoCo's import chose its EGL renderer, "
-           "which that machine cannot load)."),
+        + (
+            "ran (its log beside this record)."
+            if peer_ran
+            else f"did not run: `{result['mjlab_error']}` (MuJoCo's import chose its EGL renderer, "
+            "which that machine cannot load)."
+        ),
         "",
     ]
     (args.out / f"{args.name}.md").write_text("\n".join(md))

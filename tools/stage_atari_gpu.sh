@@ -11,20 +11,20 @@ set -euo pipefail
 dir=.gpuset-atari
 grep -qx "/$dir/" .git/info/exclude 2>/dev/null || echo "/$dir/" >> .git/info/exclude
 rm -rf $dir; mkdir -p $dir/w/site $dir/w/ort
-plat=""; for p in manylinux_2_28_x86_64 manylinux_2_27_x86_64 manylinux_2_24_x86_64 manylinux_2_17_x86_64 \
-  manylinux2014_x86_64 manylinux_2_5_x86_64 manylinux1_x86_64; do plat+=" --platform $p"; done
+plat=(); for p in manylinux_2_28_x86_64 manylinux_2_27_x86_64 manylinux_2_24_x86_64 manylinux_2_17_x86_64 \
+  manylinux2014_x86_64 manylinux_2_5_x86_64 manylinux1_x86_64; do plat+=(--platform "$p"); done
 dl() { python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-  --abi cp312 --abi abi3 --abi none $plat -d "$@" 2>&1 | grep -v "is ignored" || true; }
+  --abi cp312 --abi abi3 --abi none "${plat[@]}" -d "$@" 2>&1 | grep -v "is ignored" || true; }
 dl $dir/w/site "numpy>=2.4,<2.5" gymnasium farama-notifications cloudpickle "envpool==1.2.7" \
   "envpool-assets>=0.4.1,<0.5" dm-env dm-tree optree tyro docstring-parser shtab typeguard rich \
   markdown-it-py mdurl pygments tensorboard tensorboard-data-server protobuf absl-py markdown \
   werkzeug markupsafe grpcio
 dl $dir/w/ort "onnxruntime-gpu==1.31.1"
-ls $dir/w/site | wc -l; ls $dir/w/ort
+find $dir/w -name '*.whl' | wc -l
 tar cf $dir/all.tar -C $dir/w . && rm -rf $dir/w
 sum=$(sha256sum $dir/all.tar | cut -d' ' -f1)
 split -b 55M -d -a 1 $dir/all.tar $dir/part; rm $dir/all.tar
-n=0; for f in $dir/part*; do mkdir -p "$dir/p$n"; mv "$f" "$dir/p$n/"; n=$((n + 1)); done
+n=0; for f in "$dir"/part*; do mkdir -p "$dir/p$n"; mv "$f" "$dir/p$n/"; n=$((n + 1)); done
 last="$dir/p$((n - 1))"
 cat > "$last/assemble.sh" <<SH
 #!/usr/bin/env bash

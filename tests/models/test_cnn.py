@@ -90,9 +90,11 @@ class TestSharedEncoder:
         shared, separate = self._pair()
         assert shared.actor[0] is shared.critic[0]
         enc = sum(p.numel() for p in shared.actor[0].parameters())
-        assert sum(p.numel() for p in separate.parameters()) - sum(
-            p.numel() for p in shared.parameters()
-        ) == enc
+        assert (
+            sum(p.numel() for p in separate.parameters())
+            - sum(p.numel() for p in shared.parameters())
+            == enc
+        )
 
     def test_act_and_evaluate_agree_with_the_distribution_and_value(self):
         shared, _ = self._pair()
