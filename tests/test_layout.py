@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 TOPS = ("orin_rl", "tools")
 MAX_LINES = 600
 MAX_FUNCTION_LINES = 200
-# Imports that run the wrong way (DESIGN.md): no module of a key's package (or the key module)
+# Imports that run the wrong way (docs/design.md): no module of a key's package (or the key module)
 # imports a module of the packages it names.
 FORBIDDEN = {
     "orin_rl.runtime": ("orin_rl.export", "orin_rl.runners", "orin_rl.algorithms"),
@@ -187,7 +187,7 @@ def wrong_way(graph: dict[str, set[str]], rules=FORBIDDEN) -> list[str]:
 def test_imports_run_one_way():
     """A robot's runtime carries no exporter, runner or algorithm (lazy imports count)."""
     found = wrong_way(import_graph())
-    assert not found, "imports that run the wrong way (see DESIGN.md):\n  " + "\n  ".join(found)
+    assert not found, "imports that run the wrong way (see docs/design.md):\n  " + "\n  ".join(found)
 
 
 def test_no_module_over_600_lines():

@@ -1,4 +1,4 @@
-"""The VecEnv contract every environment backend implements (DESIGN.md)."""
+"""The VecEnv contract every environment backend implements (docs/design.md)."""
 
 from __future__ import annotations
 

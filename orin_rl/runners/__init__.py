@@ -68,7 +68,7 @@ def train(
     extend: list[str] | tuple[str, ...] = (),
     state: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Train a policy into ``run_dir`` (see DESIGN.md: run folder) and return the summary.
+    """Train a policy into ``run_dir`` (see docs/design.md: run folder) and return the summary.
 
     ``resume`` continues the run from its checkpoint, with its config; ``extend`` changes
     what a resume may change (``run_folder.RESUME_KEYS``: ``["train.total_steps=200000"]``

@@ -1,4 +1,4 @@
-"""The run folder a training run owns: made, refused, resumed, trimmed (DESIGN.md: run folder).
+"""The run folder a training run owns: made, refused, resumed, trimmed (docs/design.md: run folder).
 
 Every runner reaches its folder through these functions, so what may be deleted, what counts as
 "a run" and what a resume reads are decided in one place.
