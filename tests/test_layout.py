@@ -187,7 +187,9 @@ def wrong_way(graph: dict[str, set[str]], rules=FORBIDDEN) -> list[str]:
 def test_imports_run_one_way():
     """A robot's runtime carries no exporter, runner or algorithm (lazy imports count)."""
     found = wrong_way(import_graph())
-    assert not found, "imports that run the wrong way (see docs/design.md):\n  " + "\n  ".join(found)
+    assert not found, "imports that run the wrong way (see docs/design.md):\n  " + "\n  ".join(
+        found
+    )
 
 
 def test_no_module_over_600_lines():

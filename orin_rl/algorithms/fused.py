@@ -121,7 +121,7 @@ def blocker(cfg: Any, env: Any, policy: torch.nn.Module, device: torch.device,
          "the learner is not on CUDA"),
         (env.fused_task != "CartPole-v1", f"the fused kernels cover CartPole-v1 on the gpu "
                                           f"backend, not {cfg.env.env_id} ({cfg.env.backend})"),
-        (getattr(env, "dtype", torch.float32) != torch.float32, "a float64 env"),
+        (env.dtype != torch.float32, "a float64 env"),
         (device.type == "cuda" and cfg.buffer.placement in ("host", "pinned"),
          f"buffer placement {cfg.buffer.placement} keeps the rollout in host memory"),
         (spec.action_kind != "discrete", "continuous actions"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -106,6 +107,13 @@ class VecEnv(ABC):
     final_obs_needed: bool = True
     """The learner reads ``final_obs`` (set False by a runner that does not: an env may then
     skip computing it and return the next observation there)."""
+    runs_programs: ClassVar[bool] = False
+    """The envs are rollout workers that can run a whole rollout themselves
+    (``envs.worker_pool``, ``runners.worker_rollouts``)."""
+    num_workers: int | None = None
+    """How many worker processes step the envs (None: none, the envs step in this process)."""
+    dtype: torch.dtype = torch.float32
+    """The dtype of the observations and of the env's own float state."""
     fused_task: ClassVar[str | None] = None
     """The task id the fused PPO kernels implement for this class (``algorithms.fused``), which
     then also read its ``state``, ``elapsed`` and ``stats`` tensors; None: no fused kernels."""
@@ -156,6 +164,11 @@ class VecEnv(ABC):
         own names (mjlab's ``Episode_Reward/*``, ``Metrics/*``); the runner adds them to
         metrics.jsonl and TensorBoard."""
         return {}
+
+    def capture_scope(self) -> contextlib.AbstractContextManager:
+        """Entered around a CUDA-graph capture of a whole iteration (``runners.graphs``): an env
+        whose kernels come from another library (MuJoCo Warp) tells it about the capture."""
+        return contextlib.nullcontext()
 
     has_own_graphs: ClassVar[bool] = False
     """``use_graphs`` captures the backend's own step (and says why where it does not)."""

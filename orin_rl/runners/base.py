@@ -128,7 +128,7 @@ class Runner(Evaluation, ABC):
             num_workers=cfg.env.num_workers,
         )
         self.startup.mark("envs_s")
-        workers = getattr(self.env, "num_workers", None)
+        workers = self.env.num_workers
         if cfg.env.vectorization == "workers" and isinstance(workers, int):
             cfg.env.num_workers = workers  # what ran (clamped to the envs), in config.yaml
         self._build()

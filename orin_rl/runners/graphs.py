@@ -29,19 +29,6 @@ def nvtx_range(name: str, enabled: bool):
     return contextlib.nullcontext()
 
 
-def graph_blocker(env: Any, device: torch.device, target_kl: float | None) -> str | None:
-    """Why an iteration cannot be captured here (None when it can)."""
-    if device.type != "cuda":
-        return "the learner is not on a CUDA device"
-    if not getattr(env, "graph_safe", False):
-        return "the environments step on the host (use --env-backend gpu)"
-    if env.device != device:
-        return f"the environments are on {env.device}, the learner on {device}"
-    if target_kl is not None:
-        return "ppo.target_kl needs a host read after every epoch"
-    return None
-
-
 BUFFER_LAUNCHERS = tuple((ops, name) for name in ("gae", "gather"))
 """The rollout buffer's kernel launches (Numba: CUDA kernels on torch's stream, ``@njit`` host
 twins on the CPU), recorded as launches by an emulated graph."""
@@ -92,9 +79,8 @@ class GraphedIteration:
             raise RuntimeError("this torch cannot capture a custom generator in a CUDA graph")
         torch.cuda.synchronize()
         # Envs whose kernels come from another library (MuJoCo Warp) tell it about the capture.
-        scope = getattr(self.env, "capture_scope", contextlib.nullcontext)
         # a failure leaves torch's generators, and the env's, as found
-        with capture(self.graph, generators=[self.env.generator]), scope():
+        with capture(self.graph, generators=[self.env.generator]), self.env.capture_scope():
             self._iteration()
         torch.cuda.synchronize()
 
@@ -125,24 +111,6 @@ class GraphedCall:
         """Run the captured call; returns (None, gradient steps, epochs)."""
         self.graph.replay()
         return None, self.num_updates, self.epochs
-
-
-def update_graph_blocker(cfg: Any, env: Any, device: torch.device, distributed: bool
-                         ) -> str | None:  # fmt: skip
-    """Why the update cannot be one CUDA graph (None: it can; ``ppo.graph_update``). Envs on
-    the GPU are left out: ``train.cuda_graphs`` graphs their whole iteration (it needs them on
-    the GPU, so it never meets this graph), an mjlab step has its own graphs, and the mjlab and
-    MuJoCo Warp runs have not been checked with the update graphed on its own."""
-    on_gpu = getattr(env, "graph_safe", False) or getattr(env, "has_own_graphs", False)
-    checks = [
-        (cfg.ppo.graph_update == "off", "ppo.graph_update=off"),
-        (device.type != "cuda", "the learner is not on a CUDA device"),
-        (on_gpu, "the envs step on the GPU (train.cuda_graphs graphs their whole iteration)"),
-        (cfg.ppo.target_kl is not None, "ppo.target_kl reads the device after every epoch"),
-        (cfg.train.precision == "fp16", "fp16's gradient scaler"),
-        (distributed, "a distributed run (its collectives)"),
-    ]  # fmt: skip
-    return next((reason for failed, reason in checks if failed), None)
 
 
 class GraphedUpdate:
@@ -287,19 +255,3 @@ class GraphedAct:
             return
         self.graph = graph
         log.info("captured the policy's act in a CUDA graph (one launch an env step)")
-
-
-def act_graph_blocker(cfg: Any, policy: Any, device: torch.device, distributed: bool
-                      ) -> str | None:  # fmt: skip
-    """Why the policy's ``act`` cannot run as a CUDA graph on its own (None: it can)."""
-    checks = [
-        (device.type != "cuda", "the learner is not on a CUDA device"),
-        (getattr(policy, "obs_normalizer", None) is not None
-         or getattr(policy, "normalizes_inside", False),
-         "an observation normaliser updates its statistics from the host's count"),
-        (cfg.train.precision != "fp32", f"train.precision={cfg.train.precision}"),
-        (cfg.train.num_agents > 1, "train.num_agents > 1"),
-        (distributed, "a distributed run (its normaliser's collectives)"),
-        (cfg.train.overlap, "--overlap acts in its collector thread"),
-    ]  # fmt: skip
-    return next((reason for failed, reason in checks if failed), None)

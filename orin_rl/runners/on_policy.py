@@ -25,6 +25,7 @@ from orin_rl.buffers import RolloutBuffer, memory
 from orin_rl.errors import OrinError
 from orin_rl.models import ActorCritic, PolicySpec
 from orin_rl.models.batched import BatchedActorCritic
+from orin_rl.runners import paths
 from orin_rl.runners.base import Runner
 from orin_rl.runners.checkpointing import rng_state, set_rng_state
 from orin_rl.runners.graphs import (
@@ -32,14 +33,10 @@ from orin_rl.runners.graphs import (
     GraphedCall,
     GraphedIteration,
     GraphedUpdate,
-    act_graph_blocker,
-    graph_blocker,
     nvtx_range,
-    update_graph_blocker,
 )
-from orin_rl.runners.overlap import OverlappedRollouts, OverlappedWorkers, overlap_blocker
+from orin_rl.runners.overlap import OverlappedRollouts, OverlappedWorkers
 from orin_rl.runners.worker_rollouts import WorkerRollouts
-from orin_rl.runners.worker_rollouts import blocker as worker_rollouts_blocker
 
 log = logging.getLogger(__name__)
 
@@ -85,17 +82,23 @@ class OnPolicyRunner(Runner):
         self.use_graphs = False
         self.act_graph = False
         self.env_graphs: dict[str, Any] | None = None
+        choice = self.path_choice = paths.PathChoice()
         if cfg.train.cuda_graphs:
-            blocker = graph_blocker(self.env, self.device, cfg.ppo.target_kl)
+            blocker = paths.graph_blocker(self.env, self.device, cfg.ppo.target_kl)
             if blocker is None and self.dist.enabled and self.dist.backend != "nccl":
                 blocker = f"{self.dist.backend} collectives cannot be captured"
             self.use_graphs = blocker is None
+            if blocker is not None:
+                choice.not_taken["graphs"] = blocker
             self.env_graphs = None if self.use_graphs else self.env.use_graphs()
             if self.env_graphs is not None:  # the env's own step in graphs (mjlab's)
+                choice.inside["env step"] = True
                 log.info("CUDA graphs in the env's step: %s", self.env_graphs)
             elif blocker and not self.env.has_own_graphs:
-                act_blocker = act_graph_blocker(cfg, self.policy, self.device, self.dist.enabled)
+                act_blocker = paths.act_graph_blocker(cfg, self.policy, self.device,
+                                                      self.dist.enabled)  # fmt: skip
                 self.act_graph = act_blocker is None
+                choice.inside["act"] = act_blocker or True
                 if self.act_graph:  # the policy's act alone, one launch an env step
                     log.info("CUDA graphs: no graph of a whole iteration (%s); the policy's act "
                              "runs as one each env step", blocker)  # fmt: skip
@@ -103,8 +106,11 @@ class OnPolicyRunner(Runner):
                     log.warning("CUDA graphs off: %s; running eagerly", blocker)
             elif self.env.has_own_graphs:  # an mjlab world on Warp's CPU device, or graphs off
                 where = "CPU" if self.env.device.type != "cuda" else "GPU, ORIN_RL_MJLAB_GRAPHS=0"
+                choice.inside["env step"] = f"the mjlab world steps eagerly ({where})"
                 log.warning("CUDA graphs off: the mjlab world steps eagerly (%s)", where)
-        update_blocker = update_graph_blocker(cfg, self.env, self.device, self.dist.enabled)
+        else:
+            choice.not_taken["graphs"] = "train.cuda_graphs is off"
+        update_blocker = paths.update_graph_blocker(cfg, self.env, self.device, self.dist.enabled)
         args = (self.policy, self.buffer, cfg.ppo, self.num_iterations, self.device)
         capturable = self.use_graphs or update_blocker is None
         options = {"precision": cfg.train.precision, "capturable": capturable}
@@ -117,20 +123,25 @@ class OnPolicyRunner(Runner):
             self.algo.graphed_act = GraphedAct(self.algo.policy.act)
         if update_blocker is None and self.fused is None:
             self.algo.graphed_update = GraphedUpdate(self.algo)
+            choice.inside["update"] = True
             log.info("the update runs as a CUDA graph (ppo.graph_update=off launches it op by op)")
         elif self.device.type == "cuda" and not self.use_graphs and self.fused is None:
+            choice.inside["update"] = update_blocker
             log.info("the update launches op by op: %s", update_blocker)
         self._make_obs_into_buffer()
         self.worker_rollouts: WorkerRollouts | None = None
-        if getattr(self.env, "runs_programs", False):
-            reason = worker_rollouts_blocker(self)
-            if reason is None:
-                self.worker_rollouts = WorkerRollouts(self)
-            else:
+        reason = paths.worker_rollouts_blocker(self)
+        if reason is None:
+            self.worker_rollouts = WorkerRollouts(self)
+        else:
+            choice.not_taken["worker rollouts"] = reason
+            if self.env.runs_programs:
                 log.warning("rollout workers step one batch at a time: %s", reason)
         self.overlap: OverlappedRollouts | OverlappedWorkers | None = None
-        if cfg.train.overlap:
-            reason = overlap_blocker(cfg, self.env, self.device, self.dist.enabled)
+        if not cfg.train.overlap:
+            choice.not_taken["overlap"] = "train.overlap is off"
+        else:
+            reason = paths.overlap_blocker(cfg, self.env, self.device, self.dist.enabled)
             if reason is not None:
                 raise OrinError(f"train.overlap: {reason}; drop --overlap")
             if self.worker_rollouts is not None:
@@ -138,6 +149,7 @@ class OnPolicyRunner(Runner):
             else:
                 self.overlap = OverlappedRollouts(self)
             log.info("overlapped rollouts: the envs collect the next rollout during the update")
+        self._settle_path()
 
     def make_rollout_buffer(
         self, storage: dict[str, memory.Storage] | None = None
@@ -193,9 +205,11 @@ class OnPolicyRunner(Runner):
         self.fused: fused.FusedPPO | None = None
         self._fused_checked = False
         if cfg.ppo.fused == "off":
+            self.path_choice.not_taken["fused"] = "ppo.fused is off"
             return
         reason = fused.blocker(cfg, self.env, self.policy, self.device, self.dist.enabled)
         if reason is not None:
+            self.path_choice.not_taken["fused"] = reason
             if cfg.ppo.fused == "on":
                 raise OrinError(f"ppo.fused=on, but {reason}; set ppo.fused=auto or off")
             if self.device.type == "cuda":
@@ -234,6 +248,8 @@ class OnPolicyRunner(Runner):
                             type(exc).__name__, first)  # fmt: skip
                 self._fused_restore(before)
                 self.fused = None
+                self.path_choice.not_taken["fused"] = f"its kernels failed to compile ({first})"
+                self._settle_path()
             else:
                 self._fused_checked = True
                 return out
@@ -274,6 +290,13 @@ class OnPolicyRunner(Runner):
             torch.cuda.current_stream(self.device).wait_stream(side)
             self._capture(obs)
         return obs, losses
+
+    def _settle_path(self) -> None:
+        """The path the next iteration takes (``runners.paths``), logged once."""
+        self.path_choice.settle({
+            "fused": self.fused is not None, "overlap": self.overlap is not None,
+            "worker rollouts": self.worker_rollouts is not None, "graphs": self.use_graphs,
+        })  # fmt: skip
 
     def env_step(self, actions: torch.Tensor, buffer: RolloutBuffer) -> Any:
         """``env.step``; with ``obs_into_buffer`` the observations land in ``buffer``'s next

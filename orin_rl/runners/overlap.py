@@ -40,23 +40,6 @@ from orin_rl.algorithms import PPO
 log = logging.getLogger(__name__)
 
 
-def overlap_blocker(cfg: Any, env: Any, device: torch.device, distributed: bool) -> str | None:
-    """Why ``train.overlap`` cannot run this configuration (None: it can)."""
-    checks = [
-        (cfg.train.algo != "ppo", f"PPO only (train.algo is {cfg.train.algo})"),
-        (getattr(env, "has_own_graphs", False),
-         "an mjlab task steps in MuJoCo Warp (on the GPU or Warp's CPU device alike), not in "
-         "CPU workers: --overlap overlaps gymnasium's CPU physics (env.backend gym)"),
-        (getattr(env, "graph_safe", False),
-         "the envs step on the GPU: there is no CPU physics to overlap (env.backend gym)"),
-        (cfg.train.cuda_graphs, "--cuda-graphs captures a whole synchronous iteration"),
-        (cfg.train.num_agents > 1, "train.num_agents > 1"),
-        (distributed, "a distributed run"),
-        (cfg.ppo.target_kl is not None, "ppo.target_kl (an early stop reads the device)"),
-    ]  # fmt: skip
-    return next((reason for failed, reason in checks if failed), None)
-
-
 class OverlappedRollouts:
     """The two sides of an overlapped iteration (module docstring) for ``runner``."""
 

@@ -61,6 +61,9 @@ def build(
         "cuda_graphs": runner.graphed(),
         "env_graphs": runner.env.graph_report() if getattr(runner, "env_graphs", None) else None,
         "act_graph": _act_graph(getattr(runner, "algo", None)),
+        "training_path": (
+            runner.path_choice.to_dict() if getattr(runner, "path_choice", None) else None
+        ),
         "compiled": cfg.train.compile,
         "fused": runner._fused_path(),
         "fused_grads": runner._fused_grads(),

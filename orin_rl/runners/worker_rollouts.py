@@ -47,24 +47,6 @@ _STEP_FIELDS = (
 _COPIED = ("obs", "actions", *(name for name, _ in _STEP_FIELDS))
 
 
-def blocker(runner: Any) -> str | None:
-    """Why the rollout workers cannot collect this run's rollouts (None: they can); they then
-    step one batch at a time like any VecEnv."""
-    cfg = runner.cfg
-    checks = [
-        (not getattr(runner.env, "runs_programs", False), "the envs are not rollout workers"),
-        (runner.num_agents > 1, "train.num_agents > 1"),
-        (runner.dist.enabled, "a distributed run"),
-        (runner.fused is not None, "the fused kernels"),
-    ]  # fmt: skip
-    reason = next((why for failed, why in checks if failed), None)
-    if reason is None:
-        reason = numpy_policy.blocker(runner.policy)
-    if reason is None and cfg.train.compile:
-        reason = "train.compile (a compiled policy's weights are published as they are)"
-    return reason
-
-
 class RolloutProgram:
     """A rollout of ``num_steps`` in one worker (pickled to it; runs as ``program(local)``)."""
 

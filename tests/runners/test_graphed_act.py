@@ -16,7 +16,8 @@ import torch
 from orin_rl import config as C
 from orin_rl.models import ActorCritic, PolicySpec
 from orin_rl.runners import make_runner
-from orin_rl.runners.graphs import GraphedAct, act_graph_blocker
+from orin_rl.runners.graphs import GraphedAct
+from orin_rl.runners.paths import act_graph_blocker
 
 CUDA = torch.device("cuda")
 

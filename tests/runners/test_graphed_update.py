@@ -18,7 +18,8 @@ from orin_rl.buffers import RolloutBuffer
 from orin_rl.config import PPOConfig
 from orin_rl.models import ActorCritic, PolicySpec
 from orin_rl.runners import make_runner
-from orin_rl.runners.graphs import GraphedUpdate, update_graph_blocker
+from orin_rl.runners.graphs import GraphedUpdate
+from orin_rl.runners.paths import update_graph_blocker
 from orin_rl.runners.logger import read_metrics
 
 CUDA = torch.device("cuda")
@@ -30,13 +31,25 @@ def _cfg(*overrides: str) -> C.Config:
 
 class TestWhereItApplies:
     def test_each_reason_is_named_and_a_plain_cuda_learner_has_none(self):
-        cuda, host = CUDA, SimpleNamespace()
+        cuda, host = CUDA, SimpleNamespace(graph_safe=False, has_own_graphs=False)
         assert update_graph_blocker(_cfg(), host, cuda, False) is None
         cases = [
             (_cfg("ppo.graph_update=off"), host, cuda, False, "ppo.graph_update=off"),
             (_cfg(), host, torch.device("cpu"), False, "not on a CUDA device"),
-            (_cfg(), SimpleNamespace(graph_safe=True), cuda, False, "step on the GPU"),
-            (_cfg(), SimpleNamespace(has_own_graphs=True), cuda, False, "on the GPU"),
+            (
+                _cfg(),
+                SimpleNamespace(graph_safe=True, has_own_graphs=False),
+                cuda,
+                False,
+                "step on the GPU",
+            ),
+            (
+                _cfg(),
+                SimpleNamespace(graph_safe=False, has_own_graphs=True),
+                cuda,
+                False,
+                "on the GPU",
+            ),
             (_cfg("ppo.target_kl=0.02"), host, cuda, False, "ppo.target_kl"),
             (_cfg("train.precision=fp16"), host, cuda, False, "fp16"),
             (_cfg(), host, cuda, True, "distributed"),

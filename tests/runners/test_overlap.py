@@ -193,7 +193,7 @@ def test_an_mjlab_task_on_the_cpu_is_not_told_it_steps_on_the_gpu():
     (issue 41, item 10)."""
     from types import SimpleNamespace
 
-    from orin_rl.runners.overlap import overlap_blocker
+    from orin_rl.runners.paths import overlap_blocker
 
     cfg = C.apply_overrides(C.Config(), ["train.overlap=true"])
     world = SimpleNamespace(has_own_graphs=True, graph_safe=False)
