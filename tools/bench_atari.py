@@ -61,7 +61,8 @@ def launch(args: argparse.Namespace) -> None:
     out.mkdir(parents=True, exist_ok=True)
     seeds = [int(s) for s in args.seeds.split(",")]
     runs = [(who, s) for s in seeds for who in ("ours", "cleanrl")]
-    meta = {"env_id": args.env, "seeds": seeds, "wall_s": args.wall, "runs": {}}
+    meta = {"env_id": args.env, "seeds": seeds, "wall_s": args.wall, "cpus": os.cpu_count(),
+            "runs": {}}  # fmt: skip
     for i, (who, seed) in enumerate(runs):
         cmd = commands(args.env, seed, args.wall, out, sys.executable)[who]
         cores = _cores(i, len(runs))
@@ -174,7 +175,7 @@ def report(args: argparse.Namespace) -> None:
         "date": args.date or time.strftime("%Y-%m-%d"),
         "machine": args.machine or _gpu_name(torch),
         "note": args.note,
-        "cpus": os.cpu_count(),
+        "cpus": meta.get("cpus") or _cpus_of(meta),
         "env_id": meta["env_id"],
         "wall_s": meta["wall_s"],
         "equal_steps": equal,
@@ -199,6 +200,12 @@ def report(args: argparse.Namespace) -> None:
     (args.out / f"{args.name}.md").write_text(markdown(result))
     _plot(result, args.out / f"{args.name}.png")
     print(markdown(result))
+
+
+def _cpus_of(meta: dict) -> int:
+    """The launching machine's CPUs, from the cores its runs were given (a launch.json written
+    before ``cpus`` was recorded)."""
+    return 1 + max(int(r["cores"].split("-")[-1]) for r in meta["runs"].values())
 
 
 def _gpu_name(torch) -> str:
