@@ -59,7 +59,7 @@ def _nvvm_available() -> bool:
 
 
 @pytest.mark.skipif(not _nvvm_available(), reason="libNVVM not installed (CPU-only torch)")
-@pytest.mark.parametrize("cc", ["9.0", "8.7"])
+@pytest.mark.parametrize("cc", ["8.7"])  # Orin; 9.0 (H100, H200) compiles in the gpu tests
 def test_fused_kernels_compile_for_cuda_within_static_shared_memory(cc):
     env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "0"}
     proc = subprocess.run([sys.executable, "-c", SCRIPT, cc], env=env, capture_output=True,
