@@ -19,8 +19,8 @@ from orin_rl.config import PPOConfig
 from orin_rl.models import ActorCritic, PolicySpec
 from orin_rl.runners import make_runner
 from orin_rl.runners.graphs import GraphedUpdate
-from orin_rl.runners.paths import update_graph_blocker
 from orin_rl.runners.logger import read_metrics
+from orin_rl.runners.paths import update_graph_blocker
 
 CUDA = torch.device("cuda")
 
