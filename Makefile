@@ -17,9 +17,7 @@ install: $(STAMP)
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	# --no-compile: Python compiles a module's bytecode when it is first imported (and keeps
-	# it), not every module of every package at install; the suite imports a fraction of them.
-	$(PY) -m pip install --quiet --disable-pip-version-check --no-compile $(PIP_ARGS) -e '.[export,dev,sim,mjlab,robot,pixels]'
+	$(PY) -m pip install --quiet --disable-pip-version-check $(PIP_ARGS) -e '.[export,dev,sim,mjlab,robot,pixels]'
 	# The video extra on its own (eval --video's tests): resolved together with mjlab's fabric,
 	# pip backtracks to moviepy 1.0 (decorator<5 against fabric's >=5) and gives up; on its own
 	# it takes moviepy 2 and pillow below 12 over what is installed.
