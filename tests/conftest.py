@@ -42,11 +42,69 @@ def need_tool(name: str, required: bool = False) -> str:
     return path
 
 
+HEAVY_MODULES = {
+    "tests/test_readme.py": 100,
+    "tests/runners/test_fused_training.py": 80,
+    "tests/envs/test_mjlab.py": 75,
+    "tests/algorithms/test_offpolicy.py": 60,
+    "tests/reliability/test_faults.py": 45,
+    "tests/runners/test_locomotion_training.py": 36,
+    "tests/runners/test_distributed.py": 34,
+    "tests/envs/test_mjlab_cameras.py": 31,
+    "tests/algorithms/test_fused.py": 30,
+    "tests/robot/test_deploy_readme.py": 23,
+    "tests/envs/test_mjlab_masked.py": 20,
+    "tests/envs/test_mjlab_noise.py": 19,
+    "tests/runners/test_worker_rollouts.py": 18,
+    "tests/robot/test_observations.py": 16,
+    "tests/test_deploy_install.py": 15,
+}
+"""Test modules and about how many seconds their tests take on the 2-core CI box (pytest's
+``--durations`` on 2026-12-06): the heaviest, spread over the workers' first chunks."""
+
+
+def _spread_heavy_modules(config, items) -> None:
+    """pytest-xdist's worksteal gives each of its n workers a contiguous chunk of the collected
+    tests first, and an idle worker then steals from the end of a busy one's: a heavy module
+    that falls late in a chunk leaves the others idle while it runs. Each chunk therefore
+    starts with its share of the heavy modules (greedy by weight), followed by the other tests
+    in their collected order; a module's tests stay together and in their order."""
+    workers = config.getoption("numprocesses", None) if config.pluginmanager.has_plugin(
+        "xdist") else None  # fmt: skip
+    if not isinstance(workers, int) or workers < 2 or config.getoption("dist") != "worksteal":
+        return
+    modules: dict[str, list] = {}
+    for item in items:
+        modules.setdefault(item.nodeid.split("::")[0], []).append(item)
+    heavy = sorted((m for m in modules if m in HEAVY_MODULES), key=HEAVY_MODULES.__getitem__,
+                   reverse=True)  # fmt: skip
+    bins: list[list] = [[] for _ in range(workers)]
+    load = [0.0] * workers
+    for module in heavy:
+        k = load.index(min(load))
+        bins[k] += modules[module]
+        load[k] += HEAVY_MODULES[module]
+    rest = [item for m, its in modules.items() if m not in HEAVY_MODULES for item in its]
+    sizes, left = [], len(items)
+    for k in range(workers):  # what check_schedule sends each idle worker first
+        sizes.append(left // (workers - k))
+        left -= sizes[-1]
+    ordered: list = []
+    for k in range(workers):
+        ordered += bins[k]
+        need = sum(sizes[: k + 1]) - len(ordered)
+        ordered += rest[: max(0, need)]
+        rest = rest[max(0, need) :]
+    ordered += rest
+    items[:] = ordered
+
+
 def pytest_collection_modifyitems(config, items):
     skip_gpu = pytest.mark.skip(reason="needs a CUDA GPU (runs on the H200 test machine)")
     for item in items:
         if "gpu" in item.keywords and not HAS_CUDA:
             item.add_marker(skip_gpu)
+    _spread_heavy_modules(config, items)
 
 
 @pytest.fixture
