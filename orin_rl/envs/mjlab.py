@@ -374,11 +374,13 @@ class MjlabVecEnv(VecEnv):
         step = (turn_on(self._stepper) or "unit") if unit else "segments"
         return {**plan, "masked_resets": why or "on", "graph_safe_terms": twins, "step": step}
 
-    def deploy_contract(self) -> dict[str, Any]:
-        """What a robot needs to run this task's policy (``policy.json``'s ``deploy``)."""
+    def deploy_contract(self) -> dict[str, Any] | None:
+        """What a robot needs to run this task's policy (``policy.json``'s ``deploy``); None for
+        a task without a robot driven by joint positions."""
         from orin_rl.envs.mjlab_contract import deploy_contract
 
-        return deploy_contract(self.env, self.env_id).to_dict()
+        contract = deploy_contract(self.env, self.env_id)
+        return None if contract is None else contract.to_dict()
 
     def warm_up(self) -> None:
         """Steps that load the kernels and, with graphs on, capture every segment of the step:

@@ -123,12 +123,16 @@ def joint_name(model: Any, joint: str) -> str:
     raise KeyError(joint)
 
 
-def deploy_contract(env: Any, env_id: str = "", run_path: str = "") -> DeployContract:
-    """The contract of mjlab env ``env`` (a ``ManagerBasedRlEnv``) for its actor group."""
+def deploy_contract(env: Any, env_id: str = "", run_path: str = "") -> DeployContract | None:
+    """The contract of mjlab env ``env`` (a ``ManagerBasedRlEnv``) for its actor group; None
+    for a task with no robot driven by joint positions (``Mjlab-Cartpole-Balance``: no robot
+    reads a wire for it)."""
     import mjlab
     import mujoco
     from mjlab.rl.exporter_utils import get_base_metadata
 
+    if "robot" not in env.scene.entities or "joint_pos" not in env.action_manager.active_terms:
+        return None
     meta = get_base_metadata(env, run_path)
     robot = env.scene["robot"]
     term = env.action_manager.get_term("joint_pos")

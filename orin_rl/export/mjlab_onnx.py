@@ -58,7 +58,7 @@ def _task_observations(env_id: str, n: int) -> tuple[np.ndarray, dict]:
             "action_scale": scale,
             "low": env.action_space.low.tolist(),
             "high": env.action_space.high.tolist(),
-            "deploy": env.vec.deploy_contract(),
+            "deploy": env.vec.deploy_contract() or {},
         }
         obs, _ = env.reset(seed=0)
         rng = np.random.default_rng(0)

@@ -477,7 +477,7 @@ def export_bundle(
             "onnx": onnx.__version__,
             "onnxruntime": ort.__version__,
         },
-        deploy=facts.get("deploy", {}),
+        deploy=facts.get("deploy") or {},  # none for a task without a robot
     )
     np.savez_compressed(out / "calibration.npz", **recorded_feeds)  # by input name
     if int8:

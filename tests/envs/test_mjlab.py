@@ -509,6 +509,7 @@ def test_run_on_a_task_that_is_not_locomotion_reports_terminations_not_falls(tmp
     from tests.robot.conftest import linear_bundle
 
     env = envs.make("Mjlab-Cartpole-Balance", 1, "cpu")
+    assert env.deploy_contract() is None  # no robot on a wire: the export writes none
     obs_dim = env.obs_groups["actor"][1] - env.obs_groups["actor"][0]
     act_dim = env.action_space.shape[0]
     env.close()
