@@ -88,3 +88,26 @@ def test_a_host_env_run_with_cuda_graphs_acts_in_a_graph(tmp_path, caplog):
         finally:
             runner.env.close()
     assert "the policy's act runs as one each env step" in caplog.text
+
+
+@pytest.mark.gpu
+def test_a_failed_capture_leaves_act_eager_and_the_random_draws_working():
+    """An act that reads the host inside (``.item()``) cannot be captured: the capture fails
+    once, the act runs eagerly from then on, and torch's CUDA generator draws as before (a
+    failed capture left it in capture mode: ``orin_rl.capture`` takes it out)."""
+    calls = []
+
+    def act(obs):
+        calls.append(obs.shape)
+        sample = torch.rand(obs.shape[0], device=obs.device)
+        if sample.sum().item() < 0:  # a host read: a capture of this fails
+            raise AssertionError("unreachable")
+        return sample
+
+    graphed = GraphedAct(act)
+    obs = torch.zeros(4, 3, device=CUDA)
+    for _ in range(GraphedAct.WARM_UP + 2):
+        out = graphed(obs)
+        assert out.shape == (4,)
+    assert graphed.graph is None and graphed.failed is not None
+    assert torch.rand(3, device=CUDA).shape == (3,)  # the generator draws outside a capture
