@@ -230,7 +230,7 @@ def _environment(
     if env_backends.for_id(env_id, "gym") == "mjlab":  # one world of its play configuration
         if render or video_dir is not None or env_kwargs:
             raise EvalError("an mjlab task takes no --render, --video or --env-kwargs here")
-        from orin_rl.envs.mjlab_play import MjlabGymEnv
+        from orin_rl.envs.mjlab.play import MjlabGymEnv
 
         return MjlabGymEnv(env_id, env_config, seed=seed), env_id
     render_mode = None

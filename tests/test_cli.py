@@ -43,7 +43,7 @@ def test_precedence_preset_file_flag_set(tmp_path):
 )
 def test_presets_follow_env_and_backend(argv, preset):
     """The preset is chosen by env id and backend, wherever they were given."""
-    from orin_rl.presets import GPU_PRESETS, PRESETS
+    from orin_rl.config.presets import GPU_PRESETS, PRESETS
 
     cfg = cli.train_config(cli.build_parser().parse_args(["train", *argv]))
     chosen = {"gym": PRESETS, "gpu": GPU_PRESETS}.get(preset, {}).get("Hopper-v5", {})

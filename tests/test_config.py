@@ -8,7 +8,7 @@ import typing
 import pytest
 
 from orin_rl import config as C
-from orin_rl.presets import PRESETS
+from orin_rl.config.presets import PRESETS
 
 
 def test_yaml_round_trip(tmp_path):

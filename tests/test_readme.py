@@ -186,7 +186,7 @@ def test_readme_says_how_to_shorten_mjlabs_final_evaluation():
     ``--set`` lines apply; its timings name their source."""
     pytest.importorskip("mjlab", reason="needs the mjlab extra")
     from orin_rl import config as C
-    from orin_rl.presets import mjlab_preset
+    from orin_rl.config.presets import mjlab_preset
 
     text = _mjlab_bullet("The final evaluation")
     preset = mjlab_preset(MJLAB_GO1, "cpu")["train.eval_episodes"]

@@ -103,8 +103,8 @@ def _timed(fn, repeats: int = 3) -> float:
 def _preset_policy(task: str, env, device):
     from orin_rl import config as config_mod
     from orin_rl.config import Config
+    from orin_rl.config.presets import preset_overrides
     from orin_rl.models import ActorCritic, PolicySpec
-    from orin_rl.presets import preset_overrides
 
     overrides = [f"{k}={json.dumps(v)}" for k, v in preset_overrides(task, "ppo", "gpu").items()]
     cfg = config_mod.apply_overrides(Config(), overrides)

@@ -1,7 +1,7 @@
 """One mjlab env step, several ways, in one process: mjlab's own ``env.step``, orin_rl's
 segmented step run eagerly, the same segments replayed as CUDA graphs (mjlab's eager resets,
 or ``masked``), and the masked step as one capture (``unit``: Warp's kernels inside torch's
-capture, ``mjlab_unit``).
+capture, ``orin_rl.envs.mjlab.unit``).
 
 For each task: steps/s of ``num_envs`` worlds under random actions (resets included), and a
 torch profile of a few steps (CUDA kernels launched per step, host and device time), written

@@ -36,8 +36,8 @@ MAX_EPISODE_STEPS = 10_000
 
 
 def _env(env_id: str):
+    from orin_rl.config.presets import PRESETS
     from orin_rl.env_factory import make_env
-    from orin_rl.presets import PRESETS
 
     return make_env(env_id, {"wrappers": PRESETS[env_id]["env.wrappers"]})
 
@@ -59,7 +59,7 @@ def evaluate(predict, env_id: str, episodes: int) -> list[float]:
 
 def _preset(env_id: str) -> dict:
     """The preset both trainers took (orin_rl's as is; the SB3 peer reads the same dict)."""
-    from orin_rl.presets import PRESETS
+    from orin_rl.config.presets import PRESETS
 
     return dict(PRESETS[env_id])
 

@@ -78,7 +78,7 @@ def classic_markdown(result: dict) -> str:
         "# Classic-control presets on the CPU box: do they reach their thresholds?",
         "",
         f"CPU box ({result['machine']}); each run is `orin-rl train --env ID --device cpu "
-        "--seed S` with the preset in `orin_rl/presets.py`: it stops once two periodic "
+        "--seed S` with the preset in `orin_rl/config/presets.py`: it stops once two periodic "
         "evaluations in a row and then the verdict evaluation (20 episodes on unseen seeds) "
         "reach the threshold, or at the preset's step cap. Command: `python tools/bench_presets.py "
         "--suite classic`.",

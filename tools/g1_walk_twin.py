@@ -271,7 +271,7 @@ def task_side(bundle: Path, plan: Scenario, device: str, skip_s: float) -> dict[
     (heading-frame forward speed, world yaw rate), and its falls (the world resets, goes on)."""
     import torch
 
-    from orin_rl.envs.mjlab_play import MjlabGymEnv
+    from orin_rl.envs.mjlab.play import MjlabGymEnv
     from orin_rl.robot.observations import heading_velocity
     from orin_rl.runtime import load
     from orin_rl.runtime.robot_run import contract_of

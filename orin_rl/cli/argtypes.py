@@ -89,7 +89,7 @@ def _batch_or_dynamic(text: str) -> int | str:
 
 def _train_default(key: str, preset: bool = False) -> str:
     """``(default: ...)`` of a train flag: config.py's value of ``key``, with ``preset``
-    after the environment's preset (orin_rl/presets.py), which may set it first."""
+    after the environment's preset (orin_rl/config/presets.py), which may set it first."""
     from orin_rl.config import Config  # here: only a parser with train's flags needs it
 
     section, _, name = key.partition(".")

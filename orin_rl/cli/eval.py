@@ -49,7 +49,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     print(f"{'length':<11}{n.mean():>10.1f}{n.std():>10.1f}{n.min():>10d}{n.max():>10d}")
     error = (result.task_log or {}).get("Metrics/twist/error_vel_xy")
     if error is not None:
-        # not m/s: mjlab sums the per-step error over the episode (envs/mjlab_episodes.py)
+        # not m/s: mjlab sums the per-step error over the episode (envs/mjlab/episodes.py)
         print(f"tracking     {error:.3f} mjlab's Metrics/twist/error_vel_xy, mean over episodes")
     if result.videos:
         print(f"videos       {len(result.videos)} MP4 in {args.video}")

@@ -206,7 +206,8 @@ def train_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--no-preset",
         action="store_true",
-        help="start from the dataclass defaults, not the environment's preset (orin_rl/presets.py)",
+        help="start from the dataclass defaults, not the environment's preset "
+        "(orin_rl/config/presets.py)",
     )
 
 

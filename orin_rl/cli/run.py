@@ -85,7 +85,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         error = report["tracking_error_vel_xy"]
         tracking = (
             "no episode ended"
-            if error is None  # mjlab's per-episode value, as eval's (envs/mjlab_episodes.py)
+            if error is None  # mjlab's per-episode value, as eval's (envs/mjlab/episodes.py)
             else f"{error:.3f} (mjlab's Metrics/twist/error_vel_xy, mean over episodes)"
         )
         print(f"falls        {report['falls']}; tracking error {tracking}")

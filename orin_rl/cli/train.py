@@ -49,7 +49,7 @@ TRAIN_FLAGS = {
 
 def train_config(args: argparse.Namespace) -> Config:
     """Assemble the config: defaults < env preset < --config file < flags < --set."""
-    from orin_rl.presets import preset_overrides
+    from orin_rl.config.presets import preset_overrides
 
     file_data: dict[str, Any] = {}
     if args.config is not None:

@@ -43,7 +43,7 @@ __all__ = [
 def _task_observations(env_id: str, n: int) -> tuple[np.ndarray, dict]:
     """``n`` actor-group observations of the task's play configuration (random actions), and
     what the task says about the policy's input and output (checked against the file)."""
-    from orin_rl.envs.mjlab_play import MjlabGymEnv
+    from orin_rl.envs.mjlab.play import MjlabGymEnv
 
     env = MjlabGymEnv(env_id)
     try:

@@ -49,7 +49,7 @@ ROBOT_REPORTS = tuple(source for source in SOURCES if source not in TWIN_ONLY)
 operator's command, the policy's own output. ``base_lin_vel`` is not one: with the motion
 service released no ``rt/sportmodestate`` comes (the twin publishes it)."""
 ROBOT_TASKS = {"unitree-g1": "Orin-Velocity-Flat-Unitree-G1-Real"}
-"""Per robot, a velocity task whose actor reads only ``ROBOT_REPORTS`` (``envs.mjlab_tasks``):
+"""Per robot, a velocity task whose actor reads only ``ROBOT_REPORTS`` (``envs.mjlab.tasks``):
 what to train instead."""
 
 

@@ -73,7 +73,7 @@ def make_driver(
     from orin_rl import env_backends
 
     if env_backends.for_id(env_id, "gym") == "mjlab":
-        from orin_rl.envs.mjlab_play import MjlabDriver
+        from orin_rl.envs.mjlab.play import MjlabDriver
 
         return MjlabDriver(env_id, seed, env_config, plant_device)
     return EnvDriver(env_id, seed, env_config)

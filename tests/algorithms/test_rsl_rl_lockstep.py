@@ -123,8 +123,8 @@ def float64():
 
 
 def _configs():
+    from orin_rl.config.presets import mjlab_preset
     from orin_rl.envs.mjlab import rl_config
-    from orin_rl.presets import mjlab_preset
 
     rl = rl_config(TASK)
     preset = mjlab_preset(TASK, device="cpu")

@@ -142,7 +142,7 @@ def test_the_graphs_semantics_keep_mjlabs_step(task, step, caplog):
     recorded launch by launch: the replay reads arrays freed since and crashes)."""
     import warp as wp
 
-    from orin_rl.envs.mjlab_unit import turn_on
+    from orin_rl.envs.mjlab.unit import turn_on
 
     actions = None
     runs, counters = {}, {}
@@ -427,7 +427,7 @@ def test_a_tracking_task_without_its_motion_file_is_one_line():
 def test_the_step_mode_switch_reads_its_env_variable(monkeypatch):
     """``ORIN_RL_MJLAB_STEP``: segments (today's step) unless it says unit; another value is
     one line naming the two (mutation: unit by default fails)."""
-    from orin_rl.envs.mjlab_unit import STEP_ENV, mode_from_env
+    from orin_rl.envs.mjlab.unit import STEP_ENV, mode_from_env
 
     monkeypatch.delenv(STEP_ENV, raising=False)
     assert mode_from_env() == "segments"
@@ -445,8 +445,8 @@ def test_a_step_the_unit_cannot_hold_stays_in_segments_in_one_line(caplog):
     naming the segment; with mjlab's eager resets the unit holds only the physics, which it
     can (mutations: the segments' plan not consulted; the physics unit refused for the
     observations' sake: fail)."""
-    from orin_rl.envs.mjlab_graph import SegmentedStep
-    from orin_rl.envs.mjlab_unit import turn_on
+    from orin_rl.envs.mjlab.graph import SegmentedStep
+    from orin_rl.envs.mjlab.unit import turn_on
 
     env = MjlabVecEnv(GO1, 2, "cpu", EnvOptions(seed=1))
     env.env.observation_manager._group_obs_term_cfgs["actor"][0].history_length = 2
@@ -476,7 +476,7 @@ def test_env_kwargs_are_refused_in_one_line():
 
 
 def test_mjlab_ids_go_to_the_mjlab_backend_and_the_preset_is_the_tasks_rl_cfg():
-    from orin_rl.presets import preset_overrides
+    from orin_rl.config.presets import preset_overrides
 
     preset = preset_overrides(GO1)
     rl = import_mjlab().load_rl_cfg(GO1)
@@ -534,7 +534,7 @@ def test_the_plants_warm_up_changes_nothing_of_the_run():
     """``orin-rl run``'s mjlab plant steps before the first tick (kernel loads, the graphs'
     captures), then starts from the seeded reset: the first observation and the first
     step are those of a world that never warmed up."""
-    from orin_rl.envs.mjlab_play import MjlabDriver, MjlabGymEnv
+    from orin_rl.envs.mjlab.play import MjlabDriver, MjlabGymEnv
 
     # the task's start-up randomisation (encoder bias, friction) draws when a world is built:
     # both worlds are built with the run's seed
@@ -720,7 +720,7 @@ def test_rebound_tensors_go_back_into_the_tensors_a_graph_holds():
     """mjlab's terrain-height sensor binds fresh hit positions at every ``sense()``; a graph
     would keep reading the ones it captured. ``TensorBindings.restore`` puts the new values
     into the captured tensor and binds it back (a shape change is refused, not copied)."""
-    from orin_rl.envs.mjlab_graph import TensorBindings
+    from orin_rl.envs.mjlab.graph import TensorBindings
 
     ours = MjlabVecEnv(GO1, N, "cpu", EnvOptions(seed=3))
     ours.reset()
@@ -745,7 +745,7 @@ def test_one_seed_builds_and_steps_the_same_play_world_twice():
     """``orin-rl eval``/``run``'s world (issue 41 item 3: eval of one bundle with one seed gave
     61.55, then 60.70): two builds with one seed step alike, as the task's startup events
     (friction, masses) draw at the build (mutation: the build unseeded fails)."""
-    from orin_rl.envs.mjlab_play import MjlabGymEnv
+    from orin_rl.envs.mjlab.play import MjlabGymEnv
 
     runs = []
     for _ in range(2):

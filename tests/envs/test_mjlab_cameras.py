@@ -83,7 +83,7 @@ def test_sac_is_refused_a_dict_observation_in_one_line(tmp_path, capsys):
 def depth_run(tmp_path_factory):
     """The depth task trained a few iterations on the CPU with its preset, made small."""
     from orin_rl import config as C
-    from orin_rl.presets import preset_overrides
+    from orin_rl.config.presets import preset_overrides
     from orin_rl.runners import train
 
     out = tmp_path_factory.mktemp("yam-depth") / "run"

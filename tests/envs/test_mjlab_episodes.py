@@ -1,4 +1,4 @@
-"""An evaluation batch's mjlab logs per episode (``orin_rl.envs.mjlab_episodes``): what
+"""An evaluation batch's mjlab logs per episode (``orin_rl.envs.mjlab.episodes``): what
 summary.json's ``eval_log`` and ``orin-rl eval`` report (issue 41 item 9)."""
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ else:
 
 from orin_rl.envs.base import EnvOptions
 from orin_rl.envs.mjlab import MjlabVecEnv, task_ids
-from orin_rl.envs.mjlab_masked import MaskedReset, RowMask
+from orin_rl.envs.mjlab.masked import MaskedReset, RowMask
 from tests.envs.test_mjlab import _actions, _mjlab_rollout, assert_mjlabs_until_the_first_reset
 
 GO1 = "Mjlab-Velocity-Flat-Unitree-Go1"
@@ -313,8 +313,8 @@ def test_the_masked_step_is_the_same_eager_or_as_graphs(device, task, episode, s
     terminal observation taken after the reset: the values depart; mjlab's step counter not
     advanced: the counters depart; the Warp calls left out of Warp's capture (recorded launch
     by launch): the replay reads arrays freed since and crashes."""
-    from orin_rl.envs.mjlab_terms import use_graph_safe_terms
-    from orin_rl.envs.mjlab_unit import turn_on
+    from orin_rl.envs.mjlab.terms import use_graph_safe_terms
+    from orin_rl.envs.mjlab.unit import turn_on
 
     runs, counters = {}, {}
     for graphs in (False, True):
@@ -448,7 +448,7 @@ def test_a_resume_keeps_the_curricula_where_they_were(tmp_path):
     a checkpoint saves it and loaded into a fresh world: the counter, the command ranges its
     curriculum sets from it, the levels and the worlds' origins come back (mutations: the
     curricula not applied at load, the origins not moved, fail)."""
-    from orin_rl.envs.mjlab_masked import apply_step_curricula
+    from orin_rl.envs.mjlab.masked import apply_step_curricula
 
     n = 8
     old, new = (

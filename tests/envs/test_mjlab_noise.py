@@ -1,5 +1,5 @@
 """Known third-party noise of an mjlab run kept off the terminal unless ``orin-rl -v``
-(``orin_rl.envs.mjlab_noise``, issue 41 item 14): the real warnings, raised by torch, MuJoCo
+(``orin_rl.envs.mjlab.noise``, issue 41 item 14): the real warnings, raised by torch, MuJoCo
 Warp and Warp themselves, not copies of their text."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ if os.environ.get("ORIN_RL_REQUIRE_MJLAB") == "1":  # CI: the mjlab extra must b
 else:
     pytest.importorskip("mjlab", reason="needs the mjlab extra: pip install -e '.[mjlab]'")
 
-from orin_rl.envs.mjlab_noise import WARP_NO_DRIVER, known_warnings_filtered
+from orin_rl.envs.mjlab.noise import WARP_NO_DRIVER, known_warnings_filtered
 from tests.conftest import HAS_CUDA
 
 ROUGH_PAIRS = """<mujoco><option><flag multiccd="enable"/></option>

@@ -1,4 +1,4 @@
-"""The mjlab pin (``envs.mjlab_pin``): another mjlab release is refused in one line naming the
+"""The mjlab pin (``envs.mjlab.pin``): another mjlab release is refused in one line naming the
 tested one, and an environment lacking an attribute the segmented step uses is refused,
 naming it, before a step is taken.
 
@@ -20,7 +20,7 @@ else:
 
 from orin_rl.envs import mjlab as mjlab_env
 from orin_rl.envs.base import EnvError, EnvOptions
-from orin_rl.envs.mjlab_pin import (
+from orin_rl.envs.mjlab.pin import (
     MJLAB_TESTED,
     STEP_ATTRIBUTES,
     check_version,
@@ -76,7 +76,7 @@ def test_a_missing_attribute_is_refused_before_the_first_step(go1, monkeypatch, 
     """As an mjlab release without it would be: the segmented step refuses the environment,
     naming the attribute and the tested release (mutation: no ``check_env`` in
     ``SegmentedStep``: the step is built and would fail, or worse run, later)."""
-    from orin_rl.envs.mjlab_graph import SegmentedStep
+    from orin_rl.envs.mjlab.graph import SegmentedStep
 
     env = go1.env
     assert missing_attributes(env) == []

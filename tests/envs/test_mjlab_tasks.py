@@ -1,4 +1,4 @@
-"""orin_rl's own mjlab tasks (``envs/mjlab_tasks.py``): registered beside mjlab's ids, found
+"""orin_rl's own mjlab tasks (``envs/mjlab/tasks.py``): registered beside mjlab's ids, found
 by the backend, the preset and ``orin-rl envs``, and built by mjlab on Warp's CPU device."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ else:
 from orin_rl import env_backends
 from orin_rl.envs.base import EnvOptions
 from orin_rl.envs.mjlab import MjlabVecEnv, import_mjlab, task_ids
-from orin_rl.envs.mjlab_tasks import REAL_G1_FLAT
+from orin_rl.envs.mjlab.tasks import REAL_G1_FLAT
 
 G1 = "Mjlab-Velocity-Flat-Unitree-G1"
 
@@ -25,7 +25,7 @@ def test_the_real_g1_task_is_listed_routed_and_preset_as_mjlabs_g1(capsys):
     to the mjlab backend and its preset is mjlab's G1 runner configuration (mutation: the
     ``Orin-Velocity-`` prefix left out of the backend's claim: the id went to gymnasium)."""
     from orin_rl import cli
-    from orin_rl.presets import preset_overrides
+    from orin_rl.config.presets import preset_overrides
 
     assert REAL_G1_FLAT in task_ids() and G1 in task_ids()
     assert cli.main(["envs", "--backend", "mjlab"]) == 0

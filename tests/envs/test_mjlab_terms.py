@@ -14,7 +14,7 @@ else:
 
 from orin_rl.envs.base import EnvOptions
 from orin_rl.envs.mjlab import MjlabVecEnv
-from orin_rl.envs.mjlab_terms import fit_plane_normal, use_graph_safe_terms
+from orin_rl.envs.mjlab.terms import fit_plane_normal, use_graph_safe_terms
 
 UP = torch.tensor([0.0, 0.0, 1.0])
 
@@ -94,7 +94,7 @@ def test_the_yaw_twin_is_mjlabs_yaw_bit_for_bit_without_a_host_read():
     from mjlab.utils.lab_api.math import matrix_from_quat, quat_from_euler_xyz
 
     from orin_rl.envs.graph_emulation import HostReadWatch
-    from orin_rl.envs.mjlab_terms import extract_yaw_rotation
+    from orin_rl.envs.mjlab.terms import extract_yaw_rotation
 
     g = torch.Generator().manual_seed(7)
     n = 4000
@@ -113,7 +113,7 @@ def test_the_yaw_twin_is_mjlabs_yaw_bit_for_bit_without_a_host_read():
 
 def test_the_yaw_twin_goes_on_every_yaw_aligned_raycast_sensor():
     """Flat Go1's terrain-height rays (its feet's) are yaw-aligned: the twin is on them."""
-    from orin_rl.envs.mjlab_terms import extract_yaw_rotation, use_graph_safe_sensors
+    from orin_rl.envs.mjlab.terms import extract_yaw_rotation, use_graph_safe_sensors
 
     env = MjlabVecEnv("Mjlab-Velocity-Flat-Unitree-Go1", 2, "cpu", EnvOptions(seed=1))
     sensors = env.env.scene.sensors

@@ -193,7 +193,7 @@ def test_the_builder_is_the_tasks_actor_observation(g1_world):
     task's reset (no builder reset), joint positions not made relative to the default pose
     (the task without ``base_lin_vel``: 0.67): each departs by far more; measured here: 1.2e-7
     worst, 1.75 without the reset)."""
-    from orin_rl.envs.mjlab_contract import deploy_contract
+    from orin_rl.envs.mjlab.contract import deploy_contract
 
     task = g1_world.env_id
     width, sources, steps = BUILT[task]

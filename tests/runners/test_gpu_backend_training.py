@@ -9,7 +9,7 @@ import torch
 
 from orin_rl import config as config_mod
 from orin_rl.config import Config
-from orin_rl.presets import preset_overrides
+from orin_rl.config.presets import preset_overrides
 from orin_rl.runners import train
 from orin_rl.runners.logger import read_metrics
 from tests.runners.test_train_e2e import orin_rl

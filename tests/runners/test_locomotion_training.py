@@ -18,7 +18,7 @@ if os.environ.get("ORIN_RL_REQUIRE_SIM") != "1":
 from orin_rl import config as config_mod
 from orin_rl.checkpoint import load_checkpoint
 from orin_rl.config import Config
-from orin_rl.presets import preset_overrides
+from orin_rl.config.presets import preset_overrides
 from orin_rl.runners import train
 from orin_rl.runners.logger import read_metrics
 from tests.reliability.test_faults import wait_for
@@ -47,7 +47,7 @@ def _config(env_id: str = "Hopper-v5", backend: str = "gpu", **extra) -> Config:
 
 
 def test_gpu_presets_are_chosen_by_backend():
-    from orin_rl.presets import GPU_PRESETS, PRESETS
+    from orin_rl.config.presets import GPU_PRESETS, PRESETS
 
     for env_id in ("Hopper-v5", "Humanoid-v5"):
         assert preset_overrides(env_id, "ppo", "gpu") == {

@@ -14,7 +14,7 @@ from orin_rl import config as config_mod
 from orin_rl.algorithms import PPO
 from orin_rl.algorithms.dqn import DQN
 from orin_rl.config import Config
-from orin_rl.presets import preset_overrides
+from orin_rl.config.presets import preset_overrides
 from orin_rl.runners import train
 from tests.conftest import require_pixels
 

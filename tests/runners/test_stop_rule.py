@@ -7,7 +7,7 @@ import json
 
 from orin_rl import config as config_mod
 from orin_rl.config import Config
-from orin_rl.presets import preset_overrides
+from orin_rl.config.presets import preset_overrides
 from orin_rl.runners import base, train, verdict
 
 

@@ -20,9 +20,9 @@ from stable_baselines3 import PPO
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
 
+from orin_rl.config.presets import PRESETS
 from orin_rl.env_factory import make_env
 from orin_rl.models.cnn import ImageEncoder
-from orin_rl.presets import PRESETS
 
 
 class Encoder(BaseFeaturesExtractor):

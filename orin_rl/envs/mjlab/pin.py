@@ -1,9 +1,9 @@
 """The mjlab the segmented step was written against, checked where it is used.
 
-``mjlab_graph.SegmentedStep`` is mjlab 1.6.0's ``ManagerBasedRlEnv.step`` cut into segments,
+``mjlab.graph.SegmentedStep`` is mjlab 1.6.0's ``ManagerBasedRlEnv.step`` cut into segments,
 line for line, and reads and writes what that step does, private attributes included
 (``_sim_step_counter``, ``_reset_idx``, ``_command_dt``, the observation manager's
-``_obs_buffer``); the masked resets (``mjlab_masked``) read more of mjlab's managers. Another
+``_obs_buffer``); the masked resets (``mjlab.masked``) read more of mjlab's managers. Another
 mjlab release may rename or drop any of them, and the copied step would then run a step
 that is not mjlab's without a word. So: another version ends in one line naming the version
 tested, at import (``check_version``); and every attribute the step relies on is checked on the

@@ -28,7 +28,7 @@ holds the CUDA graphs against it.
 What a graph cannot keep, it does not capture: a segment that reads a Python-side buffer
 pointer (an actuator's command delay, an observation term's history or delay) stays eager, as
 does one whose Python a replay cannot redo (a counter, a list that grows); ``describe()`` says
-which segments are graphs. ``mjlab_unit`` captures the same work, mjlab's Warp kernels
+which segments are graphs. ``mjlab.unit`` captures the same work, mjlab's Warp kernels
 included, as one graph a step (``ORIN_RL_MJLAB_STEP=unit``).
 """
 
@@ -47,8 +47,8 @@ from orin_rl.capture import capture
 from orin_rl.envs.capture_constants import device_list_indices
 from orin_rl.envs.graph_emulation import EmulatedGraph, HostReadWatch
 from orin_rl.envs.graph_state import Effects, TensorBindings, bindings, sync_cache
-from orin_rl.envs.mjlab_masked import MaskedReset, masked_tail
-from orin_rl.envs.mjlab_pin import check_env
+from orin_rl.envs.mjlab.masked import MaskedReset, masked_tail
+from orin_rl.envs.mjlab.pin import check_env
 
 log = logging.getLogger(__name__)
 
@@ -285,7 +285,7 @@ class SegmentedStep:
         """The reset path as masked device code (``mask_resets``), else mjlab's eager one."""
         self.masked_segments: list[_Segment] = []
         self.unit: _Segment | None = None
-        """The whole step as one capture (``mjlab_unit.turn_on``), else None."""
+        """The whole step as one capture (``mjlab.unit.turn_on``), else None."""
         self.resets = "eager"
         """How resets run: "masked", "eager", or why the task's could not be masked."""
         self._terms = (_scalar_settings(env), ())
@@ -352,7 +352,7 @@ class SegmentedStep:
 
     def mask_resets(self) -> str | None:
         """Run the reset path (interval events, resets, command resampling) as masked device
-        code over every world (``mjlab_masked``): segments a graph can hold, no host read.
+        code over every world (``mjlab.masked``): segments a graph can hold, no host read.
         Returns None, or why the task keeps mjlab's eager resets (one line, also logged)."""
         why = self.resets = MaskedReset.check(self.env) or "masked"
         if why != "masked":

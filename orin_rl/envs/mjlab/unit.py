@@ -1,6 +1,6 @@
 """The whole mjlab step as one capture unit: one graph launch a step.
 
-The segmented step (``mjlab_graph``) replays a torch graph per segment and launches mjlab's own
+The segmented step (``mjlab.graph``) replays a torch graph per segment and launches mjlab's own
 Warp graphs (``sim.step``, ``forward``, ``sense``, ``reset``) between them: with the masked
 reset path that is ~12 launches a step for Go1, and the GPU waits on the host between them.
 Here the masked step's device work, in mjlab's order,
@@ -44,14 +44,14 @@ from typing import Any
 import torch
 
 from orin_rl.envs.graph_emulation import EmulatedGraph
-from orin_rl.envs.mjlab_graph import SegmentedStep, _Segment
-from orin_rl.envs.mjlab_masked import masked_result
+from orin_rl.envs.mjlab.graph import SegmentedStep, _Segment
+from orin_rl.envs.mjlab.masked import masked_result
 
 log = logging.getLogger(__name__)
 
 STEP_ENV = "ORIN_RL_MJLAB_STEP"
 """``unit``: the graphed step as one capture (this module); ``segments`` (the default): the
-segmented step (``mjlab_graph``)."""
+segmented step (``mjlab.graph``)."""
 MODES = ("segments", "unit")
 
 
@@ -83,7 +83,7 @@ def turn_on(step: SegmentedStep) -> str | None:
     if why is not None:
         log.warning("mjlab step: one-unit step off, the step runs as segments: %s", why)
         return why
-    from orin_rl.envs.mjlab_terms import use_graph_safe_sensors
+    from orin_rl.envs.mjlab.terms import use_graph_safe_sensors
 
     if step.masked is None:
         log.info("mjlab step: resets are mjlab's eager code; one capture holds the physics")

@@ -1,13 +1,13 @@
 """mjlab's robot tasks (Isaac Lab's manager API on MuJoCo Warp) as an orin_rl VecEnv.
 
 ``--env Mjlab-Velocity-Flat-Unitree-Go1`` (any id in mjlab's task registry, a user's own
-registered task package and orin_rl's own tasks, ``mjlab_tasks``, included) runs the task's
+registered task package and orin_rl's own tasks, ``mjlab.tasks``, included) runs the task's
 own code unchanged: its rewards, terminations, curricula, events and commands. The adapter only
 
 - concatenates the ``actor`` and ``critic`` observation groups into one vector and declares
   where each lies (``obs_groups``), so the rollout storage keeps both and the policy's actor
   reads its group while the critic reads the privileged one (asymmetric actor-critic); a
-  camera task's groups (images and states) are a dict observation instead (``mjlab_images``);
+  camera task's groups (images and states) are a dict observation instead (``mjlab.images``);
 - steps the task with mjlab's own ``env.step`` (auto-reset, so every number is mjlab's: the
   same draws in the same order), and keeps the terminal observation of the worlds that time
   out, for bootstrapping: just before mjlab resets them, the observation groups are computed
@@ -21,7 +21,7 @@ own code unchanged: its rewards, terminations, curricula, events and commands. T
 
 Evaluation batches use the task's play configuration (no randomisation), cut at the training
 configuration's episode length (play episodes never time out); their logs count the first
-episode of each world (``mjlab_episodes``): terminations as rates, the command metrics (the
+episode of each world (``mjlab.episodes``): terminations as rates, the command metrics (the
 tracking error) as means over those episodes.
 """
 
@@ -43,13 +43,13 @@ import torch
 
 from orin_rl.envs.base import EnvError, EnvOptions, StepResult, VecEnv
 from orin_rl.envs.gpu.base import EpisodeStats
-from orin_rl.envs.mjlab_episodes import EpisodeLog
-from orin_rl.envs.mjlab_noise import init_warp, known_warnings_filtered
+from orin_rl.envs.mjlab.episodes import EpisodeLog
+from orin_rl.envs.mjlab.noise import init_warp, known_warnings_filtered
 
 log = logging.getLogger(__name__)
 
 PREFIX = ("Mjlab-", "Orin-Velocity-")
-"""mjlab's task ids and orin_rl's own mjlab tasks (``mjlab_tasks``) start with one of these;
+"""mjlab's task ids and orin_rl's own mjlab tasks (``mjlab.tasks``) start with one of these;
 ``envs.make`` sends them to this backend."""
 INSTALL_HINT = "install the mjlab extra: pip install 'orin-rl[mjlab]'"
 ACTOR_GROUPS = ("actor", "policy")
@@ -77,12 +77,12 @@ def import_mjlab() -> Any:
             import mjlab.tasks  # noqa: F401  # registers mjlab's own tasks
             from mjlab.tasks import registry
 
-            from orin_rl.envs.mjlab_tasks import register
+            from orin_rl.envs.mjlab.tasks import register
 
             register()  # orin_rl's own (Orin-Velocity-Flat-Unitree-G1-Real), beside mjlab's
     except ImportError as exc:
         raise EnvError(f"mjlab tasks need mjlab ({exc}); {INSTALL_HINT}") from None
-    from orin_rl.envs.mjlab_pin import check_version
+    from orin_rl.envs.mjlab.pin import check_version
 
     check_version()  # the segmented step copies mjlab 1.6.0's: another release, one line
     import importlib
@@ -98,7 +98,7 @@ def import_mjlab() -> Any:
 @contextlib.contextmanager
 def _quiet() -> Iterator[None]:
     """mjlab prints its managers' tables and seeds to stdout: into the debug log instead; and
-    the known third-party warnings (``mjlab_noise``) are not shown, unless -v."""
+    the known third-party warnings (``mjlab.noise``) are not shown, unless -v."""
     if log.isEnabledFor(logging.DEBUG):
         yield
         return
@@ -205,7 +205,7 @@ class MjlabVecEnv(VecEnv):
             -np.inf, np.inf, (actor_dim + critic_dim,), np.float32
         )
         rl_cfg = registry.load_rl_cfg(env_id)
-        from orin_rl.envs.mjlab_images import DictObservation
+        from orin_rl.envs.mjlab.images import DictObservation
 
         self.images = DictObservation.of_task(self.env.observation_manager, env_id, rl_cfg)
         """A camera task's dict observation (None: the flat one above)."""
@@ -219,7 +219,7 @@ class MjlabVecEnv(VecEnv):
         bound = np.inf if self.clip_actions is None else float(self.clip_actions)
         self.action_space = gym.spaces.Box(-bound, bound, (act_dim,), np.float32)
         self._check_no_delays()
-        from orin_rl.envs.mjlab_graph import SegmentedStep
+        from orin_rl.envs.mjlab.graph import SegmentedStep
 
         critic_group = self._groups[1][1]
         self._stepper = SegmentedStep(self.env, critic_group)
@@ -277,7 +277,7 @@ class MjlabVecEnv(VecEnv):
     @property
     def final_obs_needed(self) -> bool:  # type: ignore[override]  # VecEnv's attribute
         """See ``VecEnv.final_obs_needed``; a camera task has none (the terminal observation is
-        the critic group computed again before mjlab's reset, ``mjlab_graph``: no frame of the
+        the critic group computed again before mjlab's reset, ``mjlab.graph``: no frame of the
         camera group): asking for one is one line."""
         return self._final_obs_needed
 
@@ -310,7 +310,7 @@ class MjlabVecEnv(VecEnv):
         return self._concat(obs)
 
     def step(self, actions: torch.Tensor) -> StepResult:
-        """mjlab's ``step`` (``mjlab_graph.SegmentedStep``: the same work, in segments that
+        """mjlab's ``step`` (``mjlab.graph.SegmentedStep``: the same work, in segments that
         run as CUDA graphs after ``use_graphs``).
 
         ``final_obs`` of a world that timed out holds the critic group's observation of the
@@ -351,15 +351,15 @@ class MjlabVecEnv(VecEnv):
         second time it runs): the segments that become graphs and those that stay eager, or
         None on the CPU and with ``ORIN_RL_MJLAB_GRAPHS=0`` (mjlab's eager step throughout).
         With ``masked`` (the default; ``ORIN_RL_MJLAB_MASKED=0`` turns it off) the reset path
-        runs as masked device code too (``mjlab_masked``) where the task's terms have twins;
-        terms with a graph-safe twin (``mjlab_terms``: rough terrain's ``upright``) use it.
+        runs as masked device code too (``mjlab.masked``) where the task's terms have twins;
+        terms with a graph-safe twin (``mjlab.terms``: rough terrain's ``upright``) use it.
         With ``unit`` (default: from ``ORIN_RL_MJLAB_STEP``, ``segments`` unless it says
         ``unit``) the whole step is one capture, Warp's kernels inside torch's
-        (``mjlab_unit``), where it can be; else the segments.
+        (``mjlab.unit``), where it can be; else the segments.
         The ``gpu`` test holds the graphed step against mjlab's own (H200, Go1 and G1)."""
         if self.device.type != "cuda" or os.environ.get(GRAPHS_ENV) == "0":
             return None
-        from orin_rl.envs.mjlab_terms import use_graph_safe_terms
+        from orin_rl.envs.mjlab.terms import use_graph_safe_terms
 
         self._stepper.use_graphs = True
         twins = use_graph_safe_terms(self.env)  # terms that would read the host (rough upright)
@@ -367,7 +367,7 @@ class MjlabVecEnv(VecEnv):
             masked = os.environ.get(MASKED_ENV) != "0"
         why = self._stepper.mask_resets() if masked else "masked resets off"
         plan = self._stepper.describe_plan()
-        from orin_rl.envs.mjlab_unit import mode_from_env, turn_on
+        from orin_rl.envs.mjlab.unit import mode_from_env, turn_on
 
         if unit is None:
             unit = mode_from_env() == "unit"
@@ -377,7 +377,7 @@ class MjlabVecEnv(VecEnv):
     def deploy_contract(self) -> dict[str, Any] | None:
         """What a robot needs to run this task's policy (``policy.json``'s ``deploy``); None for
         a task without a robot driven by joint positions."""
-        from orin_rl.envs.mjlab_contract import deploy_contract
+        from orin_rl.envs.mjlab.contract import deploy_contract
 
         contract = deploy_contract(self.env, self.env_id)
         return None if contract is None else contract.to_dict()
@@ -408,7 +408,7 @@ class MjlabVecEnv(VecEnv):
         """The counter back, the step-counter curricula (command ranges) applied at once, the
         worlds moved to their saved terrain levels (in place: graphs read these tensors); a
         checkpoint of another number of worlds keeps the counter only."""
-        from orin_rl.envs.mjlab_masked import apply_step_curricula
+        from orin_rl.envs.mjlab.masked import apply_step_curricula
 
         env = self.env
         env.common_step_counter = int(state["common_step_counter"])

@@ -3,7 +3,7 @@
 mjlab's rough-terrain ``upright`` reward fits the terrain's plane under the robot with
 ``torch.linalg.eigh`` of a 3x3 covariance per world. On CUDA ``eigh`` checks its solver's
 status on the host (a sync), so the rewards segment that holds it cannot be a CUDA graph and
-stays eager (``mjlab_graph``: the warm-up sees the host read). ``fit_plane_normal`` computes the
+stays eager (``mjlab.graph``: the warm-up sees the host read). ``fit_plane_normal`` computes the
 same normal in closed form (the symmetric 3x3 eigenvalues by the trigonometric formula, the
 smallest one's eigenvector as the largest cross product of two rows of ``A - l I``), in float64,
 with elementwise ops only; ``use_graph_safe_terms`` swaps it in for mjlab's fit inside the

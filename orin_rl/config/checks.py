@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from orin_rl import env_backends
-from orin_rl.config_types import ConfigError, check_wrapper
+from orin_rl.config.types import ConfigError, check_wrapper
 
 
 def validate(cfg: Any) -> None:

@@ -14,11 +14,11 @@ from typing import Any, Literal
 
 import yaml
 
-from orin_rl.config_checks import validate as validate  # re-exported: the fields' relations
-from orin_rl.config_types import ConfigError as ConfigError  # re-exported: config's errors
-from orin_rl.config_types import coerce, comment_lines
-from orin_rl.config_types import field_docs as field_docs  # re-exported: the fields' docs
-from orin_rl.config_types import read_yaml_mapping as read_yaml_mapping  # re-exported
+from orin_rl.config.checks import validate as validate  # re-exported: the fields' relations
+from orin_rl.config.types import ConfigError as ConfigError  # re-exported: config's errors
+from orin_rl.config.types import coerce, comment_lines
+from orin_rl.config.types import field_docs as field_docs  # re-exported: the fields' docs
+from orin_rl.config.types import read_yaml_mapping as read_yaml_mapping  # re-exported
 
 
 @dataclass

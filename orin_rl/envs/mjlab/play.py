@@ -2,7 +2,7 @@
 
 ``MjlabGymEnv`` is what ``orin-rl eval`` steps (a gymnasium ``Env``); ``MjlabDriver`` is ``orin-rl
 run``'s sensor and actuator. Both observe what the deployed policy takes: the actor group, or a
-camera task's actor keys (a dict of numpy arrays, the frames uint8: ``mjlab_images``).
+camera task's actor keys (a dict of numpy arrays, the frames uint8: ``mjlab.images``).
 """
 
 from __future__ import annotations
