@@ -118,7 +118,9 @@ class PPO:
             if capturable or adaptive
             else cfg.learning_rate
         )
-        eps = 1e-8 if cfg.rsl_rl else 1e-5
+        self.profile = policy.spec.profile
+        """The PPO profile the policy was built by (``models.profile``: generic or rsl_rl's)."""
+        eps = self.profile.adam_eps
         # torch's fused Adam kernel without torch.optim's wrapper (which imports the compiler,
         # seconds of start-up: algorithms/adam.py); GradScaler's fp16 path needs torch's class.
         self.optimizer: Any = (
@@ -151,11 +153,11 @@ class PPO:
         """``runners.graphs.GraphedAct`` of ``policy.act`` (host envs, ``train.cuda_graphs``)."""
         self.value_all_final_obs = False
         """Value every final observation and select (no boolean indexing), even on the CPU."""
-        self.normalizes_inside = bool(getattr(policy, "normalizes_inside", False))
+        self.normalizes_inside = policy.normalization.inside
         """rsl_rl's normalisers (inside the actor and the critic): they fold in each step's
         post-step observation (``process_env_step``), the rollout keeps raw observations and
         the update normalises them with the statistics at the rollout's end."""
-        self.exact_kl = bool(cfg.rsl_rl) and not getattr(policy, "discrete", True)
+        self.exact_kl = self.profile.exact_kl and not policy.discrete
         """rsl_rl's KL for the adaptive schedule: the exact KL between the stored behaviour
         Gaussian and the current one (the rollout keeps each step's mean), not the estimate."""
         self._behaviour_std: torch.Tensor | None = None
@@ -371,7 +373,9 @@ class PPO:
         if self.exact_kl:  # the behaviour's std: the rollout acted with the update's first std
             self._behaviour_std = self.policy.std.detach().clamp(1e-6, 1e6)
         # rsl_rl draws one permutation an update: every epoch the same minibatches
-        batches = self.buffer.minibatches(cfg.num_epochs, one_order=bool(cfg.rsl_rl))
+        batches = self.buffer.minibatches(
+            cfg.num_epochs, one_order=self.profile.one_minibatch_order
+        )
         for i, mb in enumerate(batches):
             sums += torch.stack(self._minibatch_step(mb)).detach()
             num_updates += 1
@@ -404,10 +408,10 @@ class PPO:
 
     def clip_gradients(self) -> None:
         """Average the gradients over ranks (one all-reduce), then clip their global norm (with
-        ``rsl_rl``: the critic's, and the rest's, each on its own)."""
+        the rsl_rl profile: the critic's, and the rest's, each on its own)."""
         if self.dist.enabled:  # every rank takes the same step
             distributed.average_gradients(self._params, self.dist.world_size)
-        if self.cfg.rsl_rl:
+        if self.profile.clip_each_network:
             critic = {id(p) for p in self.policy.critic.parameters()}
             actor = [p for p in self._params if id(p) not in critic]
             nn.utils.clip_grad_norm_(actor, self.cfg.max_grad_norm)

@@ -543,25 +543,4 @@ def _normalizer(policy: ActorCritic, spec: PolicySpec) -> dict[str, Any] | None:
         return {"folded_into_graph": True, "inputs": policy.actor[0].describe_inputs()}
     if spec.encoder is not None:  # the image encoder's own scaling, after the uint8 input
         return {"folded_into_graph": True, "formula": "x / 255", "input_dtype": spec.obs_dtype}
-    norm = policy.obs_normalizer
-    inside = getattr(policy, "actor_normalizer", None)
-    if inside is not None:  # rsl_rl's: (x - mean) / (std + eps), no clip
-        return {
-            "folded_into_graph": True,
-            "formula": "(x - mean) / (std + eps)",
-            "mean": inside.mean.tolist(),
-            "std": inside.std.tolist(),
-            "eps": inside.eps,
-            "clip": None,
-        }
-    if norm is None:
-        return None
-    part = slice(*spec.obs_groups["actor"]) if spec.obs_groups else slice(None)
-    return {
-        "folded_into_graph": True,
-        "mean": norm.mean.flatten()[part].tolist(),
-        "var": norm.var.flatten()[part].tolist(),
-        "formula": "clip((x - mean) / sqrt(var + eps), -clip, clip)",
-        "eps": norm.eps,
-        "clip": norm.clip,
-    }
+    return policy.normalization.describe()

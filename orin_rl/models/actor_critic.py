@@ -10,10 +10,11 @@ import numpy as np
 import torch
 from torch import nn
 
+from orin_rl.models import profile as profiles
 from orin_rl.models.cnn import ENCODERS, ImageEncoder, image_encoder_kind
 from orin_rl.models.distributions import Categorical, DiagGaussian
 from orin_rl.models.multi_input import dict_spec_fields, encoders
-from orin_rl.models.normalizer import EmpiricalNormalizer, ObsNormalizer
+from orin_rl.models.normalizer import EmpiricalNormalizer, Normalization, ObsNormalizer
 
 ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU}
 
@@ -52,9 +53,8 @@ class PolicySpec:
     critic_hidden_sizes: list[int] | None = None
     """Hidden widths of the critic when they differ from the actor's (None: hidden_sizes)."""
     rsl_rl: bool = False
-    """rsl_rl's network: torch's default layer init, a learned std (``ppo.rsl_rl``) and, with
-    ``normalize_obs``, rsl_rl's normalisers: one inside the actor and one inside the critic,
-    each over its own group, ``(x - mean) / (std + 1e-2)`` unclipped (``EmpiricalNormalizer``)."""
+    """Built by rsl_rl's profile (``ppo.rsl_rl``): what that changes in the network (layer init,
+    the std parameter, where the normalisers sit) is ``profile``'s to say."""
     obs_dtype: str = "float32"
     """The observation's dtype as stored and deployed: ``uint8`` for image frames."""
     encoder: str | None = None
@@ -69,6 +69,11 @@ class PolicySpec:
     shapes and dtypes in row order (``obs_layout.ObsLayout.to_spec``). It travels as one row of
     bytes (``obs_shape`` [row bytes], ``obs_dtype`` uint8), ``obs_groups`` names the keys the
     actor and the critic each read, and each network's ``MultiInputEncoder`` comes first."""
+
+    @property
+    def profile(self) -> profiles.PPOProfile:
+        """The PPO profile that built this policy (``models.profile``)."""
+        return profiles.of_spec(self)
 
     def group_dim(self, role: str) -> int:
         """Input width of the ``actor`` or the ``critic`` (a dict observation: the values of
@@ -179,7 +184,8 @@ class ActorCritic(SampledPolicy, nn.Module):
         self.discrete = spec.action_kind == "discrete"
         out_dim = 2 * spec.action_dim if spec.squash else spec.action_dim
         critic_hidden = spec.critic_hidden_sizes or spec.hidden_sizes
-        ortho = not spec.rsl_rl
+        profile = spec.profile
+        ortho = profile.layer_init == "orthogonal"
         actor_in, critic_in = spec.group_dim("actor"), spec.group_dim("critic")
         if spec.encoder is not None:
             _check_image_spec(spec)
@@ -202,29 +208,30 @@ class ActorCritic(SampledPolicy, nn.Module):
         groups = spec.obs_groups if multi is None else None  # a dict's: keys, read by `multi`
         self._actor_part = slice(*groups["actor"]) if groups else slice(None)
         self._critic_part = slice(*groups["critic"]) if groups else slice(None)
-        if not self.discrete and spec.rsl_rl:  # rsl_rl's "scalar" std: Adam moves it linearly
+        self._clamped_std = profile.std == "clamped_std"
+        if not self.discrete and self._clamped_std:  # rsl_rl's: Adam moves the std linearly
             self.std = nn.Parameter(torch.full((spec.action_dim,), math.exp(spec.init_log_std)))
         elif not self.discrete:
             self.log_std = nn.Parameter(torch.full((spec.action_dim,), spec.init_log_std))
-        inside = spec.rsl_rl and spec.normalize_obs
-        self._inside = inside
+        where = profiles.normalization(spec)
         self.obs_normalizer = (
             ObsNormalizer(tuple(spec.obs_shape), clip=spec.obs_clip)
-            if spec.normalize_obs and not inside
+            if where == "before_networks"
             else None
         )
         """The run's one normaliser, applied before the networks (``normalize``)."""
-        inside = inside and multi is None  # a dict's: in its encoders, over the vector keys
+        inside = where == "inside_networks" and multi is None  # a dict's: in its encoders
         self.actor_normalizer = EmpiricalNormalizer(actor_in) if inside else None
         """rsl_rl's: inside the actor, over the actor's group (``update_normalizers``)."""
         self.critic_normalizer = EmpiricalNormalizer(critic_in) if inside else None
         """rsl_rl's: inside the critic, over the critic's group."""
-
-    @property
-    def normalizes_inside(self) -> bool:
-        """Whether the networks normalise their own inputs (rsl_rl's normalisers): observations
-        are then stored raw and ``normalize`` passes them through."""
-        return self._inside
+        self.normalization = Normalization(
+            where, self.obs_normalizer, self.actor_normalizer, self.critic_normalizer,
+            self._actor_part,
+            (self.actor[0], self.critic[0]) if multi is not None and where != "none" else None,
+        )  # fmt: skip
+        """Where the observations are normalised, and with what: what the learner, runners,
+        export and deploy wrapper ask."""
 
     def normalize(self, obs: torch.Tensor, update: bool = False) -> torch.Tensor:
         """Apply the observation normaliser (updating it first when ``update``); with rsl_rl's
@@ -238,18 +245,11 @@ class ActorCritic(SampledPolicy, nn.Module):
     @torch.no_grad()
     def update_normalizers(self, obs: torch.Tensor) -> None:
         """Fold raw ``obs`` (batch, *obs_shape) into rsl_rl's actor and critic normalisers."""
-        if self.spec.obs_layout is not None:  # a dict observation's: in each network's encoder
-            self.actor[0].update_normalizer(obs)
-            self.critic[0].update_normalizer(obs)
-            return
-        flat = obs.flatten(1)
-        self.actor_normalizer.update(flat[:, self._actor_part])
-        self.critic_normalizer.update(flat[:, self._critic_part])
+        self.normalization.update_inside(obs.flatten(1), self._critic_part)
 
     def actor_input(self, obs: torch.Tensor) -> torch.Tensor:
         """(batch, actor width): the actor's part of ``obs``, through its own normaliser."""
-        x = obs.flatten(1)[:, self._actor_part]
-        return x if self.actor_normalizer is None else self.actor_normalizer(x)
+        return self.normalization.actor(obs.flatten(1)[:, self._actor_part])
 
     def act(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Sample actions: (actions, log-probabilities, values); a shared encoder runs once."""
@@ -278,16 +278,14 @@ class ActorCritic(SampledPolicy, nn.Module):
         out = at_least_fp32(out)  # fp32 heads (autocast)
         if self.discrete:
             return Categorical(out)
-        if self.spec.rsl_rl:
+        if self._clamped_std:
             std = self.std.clamp(1e-6, 1e6)  # rsl_rl's std_range
             return DiagGaussian(out, std.log(), std=std)
         return DiagGaussian(out, self.log_std)
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
         """(batch,) V(s) for normalised ``obs``; under autocast the value head stays fp32."""
-        x = obs.flatten(1)[:, self._critic_part]
-        if self.critic_normalizer is not None:
-            x = self.critic_normalizer(x)
+        x = self.normalization.critic(obs.flatten(1)[:, self._critic_part])
         return self._value(self.critic, x)
 
     @staticmethod

@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from orin_rl.models import profile as profiles
 from orin_rl.models.actor_critic import (
     ACTIVATIONS,
     ActorCritic,
@@ -20,7 +21,7 @@ from orin_rl.models.actor_critic import (
     at_least_fp32,
 )
 from orin_rl.models.distributions import Categorical, DiagGaussian
-from orin_rl.models.normalizer import ObsNormalizer
+from orin_rl.models.normalizer import Normalization, ObsNormalizer
 
 
 class BatchedMLP(nn.Module):
@@ -72,11 +73,16 @@ class BatchedActorCritic(SampledPolicy, nn.Module):
         if not self.discrete:
             self.log_std = nn.Parameter(torch.stack([m.log_std.detach() for m in members]))
         # Statistics shaped (K, *obs_shape): a (B, K, *obs_shape) batch updates every agent.
+        where = profiles.normalization(spec)
+        if where == "inside_networks":
+            raise ValueError("rsl_rl's normalisers with many agents: set train.num_agents 1")
         self.obs_normalizer = (
             ObsNormalizer((num_agents, *spec.obs_shape), clip=spec.obs_clip)
-            if spec.normalize_obs
+            if where == "before_networks"
             else None
         )
+        self.normalization = Normalization(where, self.obs_normalizer)
+        """Each agent's statistics, before the networks (``obs_normalizer``), or none."""
 
     def normalize(self, obs: torch.Tensor, update: bool = False) -> torch.Tensor:
         """(K, B, *obs) -> normalised with each agent's own running statistics."""

@@ -34,20 +34,15 @@ class DeterministicPolicy(nn.Module):
         self.actor = copy.deepcopy(policy.actor).float()
         if fp16:
             self.actor = self.actor.half()
-        norm = policy.obs_normalizer
-        inside = getattr(policy, "actor_normalizer", None)
-        self.has_norm = norm is not None or inside is not None
+        affine = policy.normalization.actor_affine() if self.keys is None else None
+        self.has_norm = affine is not None
         self.norm_clip: float | None = None
         shape = spec.deploy_obs_shape
-        if inside is not None:  # rsl_rl's: (x - mean) / (std + eps), unclipped, the actor's own
-            self.register_buffer("obs_mean", inside.mean.float().reshape(shape))
-            self.register_buffer("obs_div", (inside.std + inside.eps).float().reshape(shape))
-        elif norm is not None:  # asymmetric: the actor's part of the normaliser
-            part = slice(*spec.obs_groups["actor"]) if spec.obs_groups else slice(None)
-            scale = torch.rsqrt(norm.var + norm.eps).float().flatten()[part]
-            self.register_buffer("obs_mean", norm.mean.float().flatten()[part].reshape(shape))
-            self.register_buffer("obs_scale", scale.reshape(shape))
-            self.norm_clip = float(norm.clip)
+        if affine is not None:  # the actor's part: rsl_rl's (x - mean) / (std + eps), unclipped,
+            mean, factor, self.norm_clip = affine  # or clip((x - mean) * scale, ±clip)
+            self.register_buffer("obs_mean", mean.float().reshape(shape))
+            name = "obs_div" if self.norm_clip is None else "obs_scale"
+            self.register_buffer(name, factor.float().reshape(shape))
         self.squash = spec.squash
         self.action_dim = spec.action_dim
         if self.squash:  # SAC: action = low + (tanh(mean) + 1) / 2 * (high - low)

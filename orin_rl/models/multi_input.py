@@ -20,6 +20,7 @@ import gymnasium as gym
 import torch
 from torch import nn
 
+from orin_rl.models import profile as profiles
 from orin_rl.models.cnn import KeypointEncoder
 from orin_rl.models.normalizer import EmpiricalNormalizer
 from orin_rl.obs_layout import ObsLayout
@@ -129,7 +130,7 @@ class MultiInputEncoder(nn.Module):
 def encoders(spec: Any) -> tuple[MultiInputEncoder, MultiInputEncoder]:
     """The actor's and the critic's encoders of a dict-observation ``PolicySpec``; what they
     cannot take is one line saying what to change."""
-    if spec.normalize_obs and not spec.rsl_rl:
+    if profiles.normalization(spec) == "before_networks":
         raise ValueError(
             "normalize_obs with a dict observation: its rows hold uint8 frames, so the running "
             "normaliser sits inside the networks, over the vector keys (rsl_rl's): set "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import nn
@@ -130,3 +131,86 @@ class RewardNormalizer(nn.Module):
             scale = scale.repeat_interleave(reward.shape[0] // self.groups)
         self.returns.masked_fill_(episode_end, 0.0)
         return (reward * scale.to(reward.dtype)).clamp(-self.clip, self.clip)
+
+
+class Normalization:
+    """Where a policy normalises its observations and with which statistics: the one object
+    the learner, the runners, the export and the deploy wrapper ask (``policy.normalization``).
+
+    ``where`` comes from the spec (``profile.normalization``): ``none``, ``before_networks``
+    (``before``: one clipped ``ObsNormalizer`` over the whole observation; the rollout stores
+    normalised observations) or ``inside_networks`` (rsl_rl's: ``actor`` and ``critic``
+    ``EmpiricalNormalizer``s over their groups, or a dict observation's encoders over its vector
+    keys; the rollout stores raw observations). The normalisers stay the policy's own modules
+    (its state_dict names them); this object holds references to them, not copies.
+    """
+
+    def __init__(
+        self,
+        where: str,
+        before: ObsNormalizer | None = None,
+        actor: EmpiricalNormalizer | None = None,
+        critic: EmpiricalNormalizer | None = None,
+        actor_part: slice = slice(None),
+        encoders: tuple[nn.Module, nn.Module] | None = None,
+    ):
+        self.where = where
+        self.before = before
+        """The normaliser before the networks (``before_networks``), else None."""
+        self._actor, self._critic, self._part, self._encoders = actor, critic, actor_part, encoders
+
+    @property
+    def inside(self) -> bool:
+        """Whether the networks normalise their own (raw) inputs."""
+        return self.where == "inside_networks"
+
+    def actor(self, x: torch.Tensor) -> torch.Tensor:
+        """The actor's flat input through its own normaliser (inside; else as it is)."""
+        return x if self._actor is None else self._actor(x)
+
+    def critic(self, x: torch.Tensor) -> torch.Tensor:
+        """The critic's flat input through its own normaliser (inside; else as it is)."""
+        return x if self._critic is None else self._critic(x)
+
+    @torch.no_grad()
+    def update_inside(self, flat: torch.Tensor, critic_part: slice) -> None:
+        """Fold raw observations into the networks' normalisers: (batch, row) rows for a dict
+        observation's encoders, else (batch, features) split into the actor's and critic's."""
+        if self._encoders is not None:
+            for encoder in self._encoders:
+                encoder.update_normalizer(flat)
+            return
+        self._actor.update(flat[:, self._part])
+        self._critic.update(flat[:, critic_part])
+
+    def actor_affine(self) -> tuple[torch.Tensor, torch.Tensor, float | None] | None:
+        """The deployed actor's normalisation over its (flat) input: (mean, divisor, None) for
+        rsl_rl's ``(x - mean) / (std + eps)``, (mean, scale, clip) for ``clip((x - mean) *
+        scale, ±clip)``; None where there is none (or an encoder normalises inside)."""
+        if self._actor is not None:
+            return self._actor.mean, self._actor.std + self._actor.eps, None
+        if self.before is None:
+            return None
+        scale = torch.rsqrt(self.before.var + self.before.eps).flatten()[self._part]
+        return self.before.mean.flatten()[self._part], scale, float(self.before.clip)
+
+    def describe(self) -> dict[str, Any] | None:
+        """The bundle's ``normalizer`` entry (policy.json) of the actor's normalisation, folded
+        into the exported graph (the encoders' frames' x / 255 is the encoder's own)."""
+        if self._encoders is not None:
+            return {"folded_into_graph": True, "inputs": self._encoders[0].describe_inputs()}
+        if self._actor is not None:  # rsl_rl's: (x - mean) / (std + eps), no clip
+            return {"folded_into_graph": True, "formula": "(x - mean) / (std + eps)",
+                    "mean": self._actor.mean.tolist(), "std": self._actor.std.tolist(),
+                    "eps": self._actor.eps, "clip": None}  # fmt: skip
+        if self.before is None:
+            return None
+        norm = self.before
+        return {
+            "folded_into_graph": True,
+            "mean": norm.mean.flatten()[self._part].tolist(),
+            "var": norm.var.flatten()[self._part].tolist(),
+            "formula": "clip((x - mean) / sqrt(var + eps), -clip, clip)",
+            "eps": norm.eps,
+            "clip": norm.clip,
+        }

@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
+from orin_rl.models import profile as profiles
+
 if TYPE_CHECKING:
     from orin_rl.models import ActorCritic
 
@@ -41,7 +43,7 @@ def blocker(policy: ActorCritic) -> str | None:
         (spec.obs_layout is not None, "a dict observation (images and states)"),
         (spec.obs_groups is not None, "actor and critic observation groups"),
         # rsl_rl's statistics fold in every env step; the workers' fold in each rollout's end
-        (getattr(policy, "normalizes_inside", False), "rsl_rl's per-step normalisers"),
+        (policy.normalization.inside, "rsl_rl's per-step normalisers"),
         (spec.activation not in ACTIVATIONS, f"activation {spec.activation}"),
         (len(spec.obs_shape) != 1, f"observations of shape {spec.obs_shape} (flat ones only)"),
         (type(policy).__name__ != "ActorCritic", f"a {type(policy).__name__}"),
@@ -78,12 +80,13 @@ class NumpyActorCritic:
 
     def __init__(self, spec: dict[str, Any], arrays: dict[str, np.ndarray]):
         self.discrete = spec["action_kind"] == "discrete"
-        self.rsl_rl = bool(spec.get("rsl_rl"))
+        self.clamped_std = profiles.of_spec(spec).std == "clamped_std"
         self.clip = float(spec["obs_clip"])
         self.act_fn = ACTIVATIONS[spec["activation"]]
         self.arrays = arrays
-        self.normalizes = "obs_normalizer.mean" in arrays
-        self.inside = "actor_normalizer.mean" in arrays
+        where = profiles.normalization(spec)
+        self.normalizes = where == "before_networks"
+        self.inside = where == "inside_networks"
         """rsl_rl's normalisers: ``normalize`` passes through, each network normalises."""
         self.actor = self._layers("actor")
         self.critic = self._layers("critic")
@@ -123,7 +126,7 @@ class NumpyActorCritic:
 
     def log_std(self) -> np.ndarray:
         """(action_dim,) the Gaussian head's log std."""
-        if self.rsl_rl:
+        if self.clamped_std:
             return np.log(np.clip(self.arrays["std"], 1e-6, 1e6))
         return self.arrays["log_std"]
 

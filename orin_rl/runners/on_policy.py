@@ -24,6 +24,7 @@ from orin_rl.algorithms.ppo_multi import MultiAgentPPO
 from orin_rl.buffers import RolloutBuffer, memory
 from orin_rl.errors import OrinError
 from orin_rl.models import ActorCritic, PolicySpec
+from orin_rl.models import profile as profiles
 from orin_rl.models.batched import BatchedActorCritic
 from orin_rl.runners import paths
 from orin_rl.runners.base import Runner
@@ -50,8 +51,20 @@ class OnPolicyRunner(Runner):
         return self.cfg.ppo.num_steps
 
     def _build(self) -> None:
+        self.env.final_obs_needed = self.cfg.ppo.timeout_bootstrap == "final_obs"
+        self._make_policy()
+        self.buffer = self.make_rollout_buffer()
+        choice = self.path_choice = paths.PathChoice()
+        self._choose_graphs(choice)
+        self._make_learner(choice)
+        self._make_obs_into_buffer()
+        self._choose_rollouts(choice)
+        self._settle_path()
+
+    def _make_policy(self) -> None:
+        """The policy's spec (the env's spaces and groups, ``ppo`` and its profile), the policy
+        on the learner's device, one set of weights on every rank."""
         cfg = self.cfg
-        self.env.final_obs_needed = cfg.ppo.timeout_bootstrap == "final_obs"
         self.policy_spec = PolicySpec.from_spaces(
             self.env.observation_space,
             self.env.action_space,
@@ -62,7 +75,7 @@ class OnPolicyRunner(Runner):
             obs_clip=cfg.ppo.obs_clip,
             obs_groups=self.env.obs_groups,
             critic_hidden_sizes=cfg.ppo.critic_hidden_sizes,
-            rsl_rl=cfg.ppo.rsl_rl,
+            **profiles.spec_fields(profiles.of_config(cfg.ppo)),
             share_encoder=cfg.ppo.share_encoder,
         )
         if self.num_agents > 1 and self.policy_spec.obs_groups is not None:
@@ -78,11 +91,14 @@ class OnPolicyRunner(Runner):
         if self.dist.enabled:
             distributed.broadcast_module(self.policy)  # one set of weights to start from
             torch.manual_seed(cfg.train.seed + 7919 * self.dist.rank)  # own action samples
-        self.buffer = self.make_rollout_buffer()
+
+    def _choose_graphs(self, choice: paths.PathChoice) -> None:
+        """``train.cuda_graphs``: a whole iteration as one graph where ``graph_blocker`` finds
+        nothing against it; else the env's own step graphs (mjlab's), else the act alone."""
+        cfg = self.cfg
         self.use_graphs = False
         self.act_graph = False
         self.env_graphs: dict[str, Any] | None = None
-        choice = self.path_choice = paths.PathChoice()
         if cfg.train.cuda_graphs:
             blocker = paths.graph_blocker(self.env, self.device, cfg.ppo.target_kl)
             if blocker is None and self.dist.enabled and self.dist.backend != "nccl":
@@ -110,6 +126,11 @@ class OnPolicyRunner(Runner):
                 log.warning("CUDA graphs off: the mjlab world steps eagerly (%s)", where)
         else:
             choice.not_taken["graphs"] = "train.cuda_graphs is off"
+
+    def _make_learner(self, choice: paths.PathChoice) -> None:
+        """PPO (or its many-agents form), the fused kernels where they run, and the update's and
+        the act's graphs inside the eager path."""
+        cfg = self.cfg
         update_blocker = paths.update_graph_blocker(cfg, self.env, self.device, self.dist.enabled)
         args = (self.policy, self.buffer, cfg.ppo, self.num_iterations, self.device)
         capturable = self.use_graphs or update_blocker is None
@@ -128,7 +149,11 @@ class OnPolicyRunner(Runner):
         elif self.device.type == "cuda" and not self.use_graphs and self.fused is None:
             choice.inside["update"] = update_blocker
             log.info("the update launches op by op: %s", update_blocker)
-        self._make_obs_into_buffer()
+
+    def _choose_rollouts(self, choice: paths.PathChoice) -> None:
+        """Rollout workers where the env runs programs and nothing is against them; the
+        overlapped collector with ``train.overlap``."""
+        cfg = self.cfg
         self.worker_rollouts: WorkerRollouts | None = None
         reason = paths.worker_rollouts_blocker(self)
         if reason is None:
@@ -149,7 +174,6 @@ class OnPolicyRunner(Runner):
             else:
                 self.overlap = OverlappedRollouts(self)
             log.info("overlapped rollouts: the envs collect the next rollout during the update")
-        self._settle_path()
 
     def make_rollout_buffer(
         self, storage: dict[str, memory.Storage] | None = None
@@ -168,7 +192,7 @@ class OnPolicyRunner(Runner):
             cfg.buffer.placement,
             cfg.ppo.num_minibatches,
             storage,
-            keep_action_means=cfg.ppo.rsl_rl and not discrete,  # rsl_rl's exact KL
+            keep_action_means=spec.profile.exact_kl and not discrete,  # the KL needs the means
             obs_dtype=getattr(torch, spec.obs_dtype),  # uint8 frames stay uint8
         )
 

@@ -84,8 +84,7 @@ def act_graph_blocker(cfg: Any, policy: Any, device: torch.device, distributed: 
     """Why the policy's ``act`` cannot run as a CUDA graph on its own (None: it can)."""
     checks = [
         (device.type != "cuda", "the learner is not on a CUDA device"),
-        (getattr(policy, "obs_normalizer", None) is not None
-         or getattr(policy, "normalizes_inside", False),
+        (policy.normalization.where != "none",
          "an observation normaliser updates its statistics from the host's count"),
         (cfg.train.precision != "fp32", f"train.precision={cfg.train.precision}"),
         (cfg.train.num_agents > 1, "train.num_agents > 1"),

@@ -110,7 +110,7 @@ class TestEncoder:
         """rsl_rl's normalisers sit in each network's encoder, over its vector keys (the
         frames are scaled x / 255 in their encoder): after one batch, that batch's mean."""
         policy = _policy(rsl_rl=True, normalize_obs=True)
-        assert policy.normalizes_inside and policy.actor_normalizer is None
+        assert policy.normalization.inside and policy.actor_normalizer is None
         values = _values(8)
         policy.update_normalizers(ObsLayout.from_spec(policy.spec.obs_layout).pack(values))
         actor, critic = policy.actor[0].normalizer, policy.critic[0].normalizer

@@ -27,13 +27,15 @@ def _cfg(*overrides: str) -> C.Config:
 
 
 def test_each_reason_is_named_and_a_plain_cuda_learner_has_none():
-    plain = SimpleNamespace(obs_normalizer=None, normalizes_inside=False)
+    def normalized(where: str) -> SimpleNamespace:
+        return SimpleNamespace(normalization=SimpleNamespace(where=where))
+
+    plain = normalized("none")
     assert act_graph_blocker(_cfg(), plain, CUDA, False) is None
     cases = [
         (_cfg(), plain, torch.device("cpu"), False, "not on a CUDA device"),
-        (_cfg(), SimpleNamespace(obs_normalizer=object()), CUDA, False, "normaliser"),
-        (_cfg(), SimpleNamespace(obs_normalizer=None, normalizes_inside=True), CUDA, False,
-         "normaliser"),
+        (_cfg(), normalized("before_networks"), CUDA, False, "normaliser"),
+        (_cfg(), normalized("inside_networks"), CUDA, False, "normaliser"),
         (_cfg("train.precision=bf16"), plain, CUDA, False, "train.precision=bf16"),
         (_cfg("train.num_agents=2"), plain, CUDA, False, "num_agents"),
         (_cfg(), plain, CUDA, True, "distributed"),
