@@ -8,30 +8,23 @@ the agents' PPO losses (so each agent's gradient is its own) and gradients are c
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from orin_rl.algorithms.ppo import PPO
-from orin_rl.buffers import Batch, RolloutBuffer
-from orin_rl.config import PPOConfig
+from orin_rl.buffers import Batch
 from orin_rl.models.batched import BatchedActorCritic, per_agent_clip_grad_norm_
 
 
 class MultiAgentPPO(PPO):
     """PPO over a ``BatchedActorCritic``; the trainer sees the same four verbs."""
 
-    def __init__(
-        self,
-        policy: BatchedActorCritic,
-        buffer: RolloutBuffer,
-        cfg: PPOConfig,
-        num_iterations: int,
-        device: torch.device,
-        precision: str = "fp32",
-        capturable: bool = False,
-    ):
-        super().__init__(policy, buffer, cfg, num_iterations, device, precision, capturable)
+    def __init__(self, policy: BatchedActorCritic, *args: Any, **kwargs: Any):
+        """``PPO``'s arguments (no ``dist_ctx``: the agents learn in one process)."""
+        super().__init__(policy, *args, **kwargs)
         self.num_agents = policy.num_agents
-        self.envs_per_agent = buffer.num_envs // self.num_agents
+        self.envs_per_agent = self.buffer.num_envs // self.num_agents
         self.value_all_final_obs = True  # a subset of envs would not split into agents
         # Means over (K, mb) times K = the sum of the agents' own PPO losses, so each agent's
         # gradient is that of its own loss.
