@@ -2,25 +2,54 @@
 
 Torch-free (the CLI builds its parser from it without importing torch). A backend is a module
 with ``make_vec_env(env_id, num_envs, device, options: envs.EnvOptions) -> envs.VecEnv``;
-adding one is that module plus one line below.
+adding one is that module, a loader below that imports it, and one line in ``BACKENDS``. The
+loaders import in their body (so nothing loads before the backend is asked for) with a plain
+``from ... import`` statement, which the layout test (``tests/test_layout.py``) reads.
 """
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from typing import Any
 
-BACKENDS: dict[str, tuple[str, str, tuple[str, ...] | None]] = {
-    "gym": ("orin_rl.envs.gym_backend", "gymnasium.vector envs (any id, module:EnvId)", None),
-    "gpu": ("orin_rl.envs.gpu", "GPU-native envs stepping on the learner's device", None),
-    "mjlab": ("orin_rl.envs.mjlab", "mjlab's robot tasks (Isaac Lab's manager API on MuJoCo Warp)",
+MakeVecEnv = Callable[..., Any]
+
+
+def _gym() -> MakeVecEnv:
+    from orin_rl.envs.gym_backend import make_vec_env
+
+    return make_vec_env
+
+
+def _gpu() -> MakeVecEnv:
+    from orin_rl.envs.gpu import make_vec_env
+
+    return make_vec_env
+
+
+def _mjlab() -> MakeVecEnv:
+    from orin_rl.envs.mjlab import make_vec_env
+
+    return make_vec_env
+
+
+def _envpool() -> MakeVecEnv:
+    from orin_rl.envs.envpool_env import make_vec_env
+
+    return make_vec_env
+
+
+BACKENDS: dict[str, tuple[Callable[[], MakeVecEnv], str, tuple[str, ...] | None]] = {
+    "gym": (_gym, "gymnasium.vector envs (any id, module:EnvId)", None),
+    "gpu": (_gpu, "GPU-native envs stepping on the learner's device", None),
+    "mjlab": (_mjlab, "mjlab's robot tasks (Isaac Lab's manager API on MuJoCo Warp)",
               ("Mjlab-", "Orin-Velocity-")),
-    "envpool": ("orin_rl.envs.envpool_env", "envpool's batched C++ envs (Atari, as CleanRL's "
+    "envpool": (_envpool, "envpool's batched C++ envs (Atari, as CleanRL's "
                 "ppo_atari_envpool)", None),
 }  # fmt: skip
-"""name -> (module holding ``make_vec_env``, one line of what it is, the id prefixes it claims:
-mjlab's own ``Mjlab-...`` and orin_rl's mjlab tasks, ``Orin-Velocity-...``)."""
+"""name -> (the loader importing the backend's module and returning its ``make_vec_env``, one
+line of what it is, the id prefixes it claims: mjlab's own ``Mjlab-...`` and orin_rl's mjlab
+tasks, ``Orin-Velocity-...``)."""
 
 
 def names() -> list[str]:
@@ -45,4 +74,4 @@ def factory(name: str) -> Callable[..., Any]:
 
     if name not in BACKENDS:
         raise EnvMakeError(f"unknown env backend {name!r}; available: {', '.join(BACKENDS)}")
-    return importlib.import_module(BACKENDS[name][0]).make_vec_env
+    return BACKENDS[name][0]()

@@ -6,7 +6,9 @@ vector env; evaluation (``orin-rl eval``) and the control loop (``orin-rl run``)
 
 A custom environment is an id ``module:EnvId``: ``module`` is imported first (it calls
 ``gymnasium.register(id="EnvId", ...)``), from the Python path or, failing that, the current
-folder.
+folder. A config wrapper is ``module:function``. orin_rl's own modules named that way
+(``orin_rl.image_envs:atari``) are imported through ``PROJECT_MODULES``, with plain ``from ...
+import`` statements the layout test reads; only the user's modules are imported by name.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ import functools
 import importlib
 import os
 import sys
+from collections.abc import Callable
+from types import ModuleType
 from typing import Any
 
 from orin_rl.errors import OrinError
@@ -66,9 +70,26 @@ def make_error_message(env_id: str, exc: Exception) -> str:
     return f"{env_id}: {exc}; {hint}" if hint else f"{env_id}: {exc}"
 
 
-def import_module(name: str, what: str):
-    """Import ``name``; where it is not on the Python path, try the current folder too (as
-    ``python -m`` would: the ``orin-rl`` script does not put it on the path)."""
+def _image_envs() -> ModuleType:
+    from orin_rl import image_envs
+
+    return image_envs
+
+
+PROJECT_MODULES: dict[str, Callable[[], ModuleType]] = {
+    "orin_rl.image_envs": _image_envs,  # the pixel wrappers: atari, minatar, rendered
+}
+"""orin_rl's modules that a config string may name (``module:function`` wrappers, ``module:EnvId``
+ids) -> the loader importing it. A project string names one of these (the layout test checks
+the strings in orin_rl); ``import_module`` imports any other name as the user's."""
+
+
+def import_module(name: str, what: str) -> ModuleType:
+    """Import ``name``: orin_rl's own through ``PROJECT_MODULES``, the user's by name; where
+    that is not on the Python path, try the current folder too (as ``python -m`` would: the
+    ``orin-rl`` script does not put it on the path)."""
+    if name in PROJECT_MODULES:
+        return PROJECT_MODULES[name]()
     top = name.split(".")[0]
     cwd = os.getcwd()
     for attempt in ("path", "cwd"):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import importlib
+import argparse
 import logging
 import sys
 from collections.abc import Callable
@@ -11,27 +11,97 @@ from pathlib import Path
 from orin_rl.cli.parser import build_parser
 from orin_rl.errors import OrinError
 
-COMMANDS = {
-    "demo": "orin_rl.cli.demo:cmd_demo",
-    "doctor": "orin_rl.cli.doctor:cmd_doctor",
-    "train": "orin_rl.cli.train:cmd_train",
-    "export": "orin_rl.cli.export:cmd_export",
-    "build": "orin_rl.cli.build:cmd_build",
-    "run": "orin_rl.cli.run:cmd_run",
-    "eval": "orin_rl.cli.eval:cmd_eval",
-    "bench": "orin_rl.cli.bench:cmd_bench",
-    "plant-server": "orin_rl.cli.plant_server:cmd_plant_server",
-    "sim-robot": "orin_rl.cli.sim_robot:cmd_sim_robot",
-    "envs": "orin_rl.cli.envs:cmd_envs",
+Command = Callable[[argparse.Namespace], int]
+
+
+def _demo() -> Command:
+    from orin_rl.cli.demo import cmd_demo
+
+    return cmd_demo
+
+
+def _doctor() -> Command:
+    from orin_rl.cli.doctor import cmd_doctor
+
+    return cmd_doctor
+
+
+def _train() -> Command:
+    from orin_rl.cli.train import cmd_train
+
+    return cmd_train
+
+
+def _export() -> Command:
+    from orin_rl.cli.export import cmd_export
+
+    return cmd_export
+
+
+def _build() -> Command:
+    from orin_rl.cli.build import cmd_build
+
+    return cmd_build
+
+
+def _run() -> Command:
+    from orin_rl.cli.run import cmd_run
+
+    return cmd_run
+
+
+def _eval() -> Command:
+    from orin_rl.cli.eval import cmd_eval
+
+    return cmd_eval
+
+
+def _bench() -> Command:
+    from orin_rl.cli.bench import cmd_bench
+
+    return cmd_bench
+
+
+def _plant_server() -> Command:
+    from orin_rl.cli.plant_server import cmd_plant_server
+
+    return cmd_plant_server
+
+
+def _sim_robot() -> Command:
+    from orin_rl.cli.sim_robot import cmd_sim_robot
+
+    return cmd_sim_robot
+
+
+def _envs() -> Command:
+    from orin_rl.cli.envs import cmd_envs
+
+    return cmd_envs
+
+
+COMMANDS: dict[str, Callable[[], Command]] = {
+    "demo": _demo,
+    "doctor": _doctor,
+    "train": _train,
+    "export": _export,
+    "build": _build,
+    "run": _run,
+    "eval": _eval,
+    "bench": _bench,
+    "plant-server": _plant_server,
+    "sim-robot": _sim_robot,
+    "envs": _envs,
 }
-"""command -> ``module:function`` that runs it, imported when it runs (only that one: ``orin-rl
-run`` on the robot loads no training code)."""
+"""command -> the loader that imports the command's module and returns the function that runs
+it: called when the command runs (only that one: ``orin-rl run`` on the robot loads no training
+code). The loaders import with plain ``from ... import`` statements, which the layout test
+(``tests/test_layout.py``) reads."""
 
 
-def command(name: str) -> Callable:
-    """The function that runs command ``name``."""
-    module, _, function = COMMANDS[name].partition(":")
-    return getattr(importlib.import_module(module), function)
+def command(name: str) -> Command:
+    """The function that runs command ``name`` (its module is imported now)."""
+    return COMMANDS[name]()
 
 
 def command_of(argv: list[str]) -> str | None:

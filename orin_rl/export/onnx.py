@@ -32,6 +32,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from orin_rl import __version__ as orin_rl_version
 from orin_rl import env_backends, envs
 from orin_rl.bundle import BundleInfo, TensorSpec, sha256_file, write_private
 from orin_rl.checkpoint import load_policy
@@ -472,7 +473,7 @@ def export_bundle(
         env_id=env_id,
         env_config={k: env_cfg[k] for k in ENV_CONFIG_KEYS if env_cfg.get(k)},
         producer={
-            "orin_rl": __import__("orin_rl").__version__,
+            "orin_rl": orin_rl_version,
             "torch": torch.__version__,
             "onnx": onnx.__version__,
             "onnxruntime": ort.__version__,
