@@ -12,6 +12,18 @@ from orin_rl.config.types import ConfigError, check_wrapper
 def validate(cfg: Any) -> None:
     """Check relations between the fields of ``cfg`` (a ``config.Config``; not imported here:
     config imports this module); raise ConfigError naming the key."""
+    _check_ranges(cfg)
+    _check_env(cfg)
+    _check_networks(cfg)
+    _check_off_policy(cfg)
+    _check_online(cfg)
+    _check_dqn(cfg)
+    _check_algo_features(cfg)
+    _check_ppo(cfg)
+
+
+def _check_ranges(cfg: Any) -> None:
+    """The numeric fields that must be positive or within [0, 1]."""
     positive = {
         "env.num_envs": cfg.env.num_envs,
         "ppo.num_steps": cfg.ppo.num_steps,
@@ -45,6 +57,10 @@ def validate(cfg: Any) -> None:
         raise ConfigError("train.eval_every and train.torch_threads must be >= 0")
     if (steps := cfg.env.max_episode_steps) is not None and steps <= 0:
         raise ConfigError(f"env.max_episode_steps: must be positive, got {steps}")
+
+
+def _check_env(cfg: Any) -> None:
+    """The env section: vectorisation, workers, backend and wrappers."""
     if (
         cfg.env.vectorization == "workers"
         and env_backends.for_id(cfg.env.env_id, cfg.env.backend) != "gym"
@@ -61,11 +77,19 @@ def validate(cfg: Any) -> None:
     for key in ("wrappers", "train_wrappers"):
         for i, wrapper in enumerate(getattr(cfg.env, key) or []):
             check_wrapper(f"env.{key}[{i}]", wrapper)
+
+
+def _check_networks(cfg: Any) -> None:
+    """The network widths, and the compiled update's precision."""
     if any(h <= 0 for h in cfg.ppo.hidden_sizes):  # []: the heads on the inputs (an image
         # encoder's features, as SB3's CnnPolicy)
         raise ConfigError(f"ppo.hidden_sizes: need positive widths, got {cfg.ppo.hidden_sizes}")
     if cfg.ppo.compile_update and (precision := cfg.train.precision) != "fp32":
         raise ConfigError(f"ppo.compile_update: needs train.precision=fp32, not {precision}")
+
+
+def _check_off_policy(cfg: Any) -> None:
+    """The replay sections (sac, dqn): sizes, frequencies, tau and the critic's dropout."""
     for section in ("sac", "dqn"):
         sub = getattr(cfg, section)
         for name in ("buffer_size", "batch_size", "train_freq", "gradient_steps"):
@@ -75,6 +99,10 @@ def validate(cfg: Any) -> None:
             raise ConfigError(f"{section}.tau: must be within (0, 1], got {sub.tau}")
     if not 0.0 <= (dropout := cfg.sac.critic_dropout) < 1.0:
         raise ConfigError(f"sac.critic_dropout: must be within [0, 1), got {dropout}")
+
+
+def _check_online(cfg: Any) -> None:
+    """train.overlap's algorithm, and what online learning (online.enabled) needs."""
     on = cfg.online
     if cfg.train.overlap and (cfg.train.algo != "ppo" or on.enabled):
         raise ConfigError("train.overlap: PPO's rollouts only, not --algo sac/dqn or --online")
@@ -105,6 +133,10 @@ def validate(cfg: Any) -> None:
             raise ConfigError("online.log_every_s and online.checkpoint_every_s must be positive")
         if on.watchdog_periods < 0 or on.learner_stall_s < 0:
             raise ConfigError("online.watchdog_periods and online.learner_stall_s must be >= 0")
+
+
+def _check_dqn(cfg: Any) -> None:
+    """DQN's n-step returns and frame storage (share_frames, frame_history)."""
     if cfg.dqn.n_step < 1:
         raise ConfigError(f"dqn.n_step: must be >= 1, got {cfg.dqn.n_step}")
     for name in ("share_frames", "frame_history"):
@@ -118,10 +150,18 @@ def validate(cfg: Any) -> None:
     if cfg.dqn.share_frames and cfg.dqn.frame_history:
         raise ConfigError("dqn.share_frames and dqn.frame_history: pick one (frame_history "
                           "keeps less: 1 frame a transition against k + 1)")  # fmt: skip
+
+
+def _check_algo_features(cfg: Any) -> None:
+    """Training features one algorithm lacks: several agents, CUDA graphs."""
     if cfg.train.algo != "ppo" and cfg.train.num_agents > 1:
         raise ConfigError(f"train.algo {cfg.train.algo}: --num-agents is PPO-only")
     if cfg.train.algo == "dqn" and cfg.train.cuda_graphs:
         raise ConfigError("train.cuda_graphs: PPO and SAC only (DQN's target copy is a branch)")
+
+
+def _check_ppo(cfg: Any) -> None:
+    """PPO's learning-rate rule, normalisers, minibatches and what several agents support."""
     if cfg.ppo.desired_kl is not None:
         if not cfg.ppo.desired_kl > 0:
             raise ConfigError(f"ppo.desired_kl: must be positive, got {cfg.ppo.desired_kl}")

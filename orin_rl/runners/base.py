@@ -199,15 +199,13 @@ class Runner(Evaluation, ABC):
     def learn(self) -> dict[str, Any]:
         """Train to ``total_steps``, a solved evaluation (if asked) or a signal; summarise."""
         cfg = self.cfg
-        episode_returns = self.episode_window
         logger = MetricsLogger(self.run_dir, cfg.train.tensorboard) if self.is_main else None
         self.monitor = jetson.start_monitor(cfg.train.power_monitor) if self.is_main else None
-        check_sync = self.dist.enabled and os.environ.get("ORIN_RL_CHECK_SYNC") == "1"
-        rank_offset = 100_000 * self.dist.rank  # each rank its own episodes
         start = time.perf_counter()
         start_step = self.global_step
         obs = self._restored_obs
         if obs is None:
+            rank_offset = 100_000 * self.dist.rank  # each rank its own episodes
             obs = self.env.reset(seed=cfg.train.seed + 1000 * self.algo.iteration + rank_offset)
         self._obs = obs
         bar = tqdm(
@@ -219,82 +217,14 @@ class Runner(Evaluation, ABC):
             disable=self.progress != "bar",
             desc=cfg.env.env_id,
         )
-        last_line = -math.inf  # when the last progress line was logged
-        stop_reason = "total_steps"
         first = "first_iteration_s" not in self.startup.phases
         if first:
             self.startup.mark("learn_setup_s")
         try:
             with StopRequest() as stop:
-                while self.algo.iteration < self.num_iterations:
-                    # One iteration. A signal lets it finish (well under a second), so the
-                    # final checkpoint sits on an iteration boundary and the resumed run
-                    # continues exactly; a second signal stops at once.
-                    obs, losses = self._iterate(obs)
-                    if first:  # kernels loaded or compiled, graphs captured
-                        self.startup.mark("first_iteration_s")
-                        first = False
-                    self._obs = obs
-                    self.global_step += self.iteration_steps
-                    bar.update(self.iteration_steps)
-                    if check_sync:
-                        distributed.check_identical(self.policy, self.dist.world_size)
-                        self.sync_checks += 1
-
-                    returns, lengths = self.env.pop_episode_stats()
-                    episode_returns.extend(returns)
-                    self.length_window.extend(lengths)
-                    it = self.algo.iteration
-                    elapsed = self.time_offset + time.perf_counter() - start
-                    record = {
-                        "global_step": self.global_step,
-                        "iteration": it,
-                        "time_s": round(elapsed, 3),
-                        "steps_per_s": (self.global_step - start_step)
-                        / max(time.perf_counter() - start, 1e-9),
-                        **losses,
-                    }
-                    if episode_returns:
-                        record["charts/episode_return_mean"] = statistics.fmean(episode_returns)
-                        bar.set_postfix(ret=f"{record['charts/episode_return_mean']:.1f}")
-                    if self.length_window:
-                        record["charts/episode_length_mean"] = statistics.fmean(self.length_window)
-                    record.update(self.env.pop_log())  # the task's own scalars (mjlab)
-                    record.update(self._memory_stats())
-                    evaluated = cfg.train.eval_every and it % cfg.train.eval_every == 0
-                    if evaluated and self.is_main:
-                        self._periodic_eval(record, elapsed)
-                    now = time.perf_counter()
-                    last = it >= self.num_iterations
-                    if self.progress == "lines" and (now - last_line >= PROGRESS_LINE_S or last):
-                        last_line = now
-                        self._progress_line(record)
-                    if logger is not None and (it % cfg.train.log_every == 0 or evaluated):
-                        logger.log(record)
-                    signalled = stop.signum is not None
-                    solved = (
-                        cfg.train.stop_at_threshold
-                        and self.solved_streak >= cfg.train.solved_patience
-                        and self.is_main
-                        and self._verdict_passes()
-                    )
-                    limit = cfg.train.max_wall_s
-                    out_of_time = limit is not None and time.perf_counter() - start >= limit
-                    if self.dist.enabled:  # every rank stops together (rank 0 evaluates)
-                        signalled, solved, out_of_time = distributed.any_rank(
-                            [signalled, solved, out_of_time], self.device
-                        )
-                    if it % cfg.train.checkpoint_every == 0 or signalled:
-                        self._save(elapsed)
-                    if signalled:
-                        stop_reason = signal.Signals(stop.signum or signal.SIGTERM).name
-                        break
-                    if solved:
-                        stop_reason = "solved"
-                        break
-                    if out_of_time:
-                        stop_reason = "max_wall_s"
-                        break
+                stop_reason = self._train_iterations(
+                    obs, stop, bar, logger, start, start_step, first
+                )
         except BaseException:
             if self.monitor is not None:  # never leave a tegrastats process behind
                 self.monitor.stop()
@@ -306,6 +236,99 @@ class Runner(Evaluation, ABC):
         elapsed = self.time_offset + time.perf_counter() - start
         self._save(elapsed)
         return self._finish(elapsed, start_step, time.perf_counter() - start, stop_reason)
+
+    def _train_iterations(
+        self,
+        obs: torch.Tensor,
+        stop: StopRequest,
+        bar: tqdm,
+        logger: MetricsLogger | None,
+        start: float,
+        start_step: int,
+        first: bool,
+    ) -> str:
+        """Iterate until the last iteration, a signal, solving or the time limit; return which."""
+        cfg = self.cfg
+        check_sync = self.dist.enabled and os.environ.get("ORIN_RL_CHECK_SYNC") == "1"
+        last_line = -math.inf  # when the last progress line was logged
+        while self.algo.iteration < self.num_iterations:
+            # One iteration. A signal lets it finish (well under a second), so the final
+            # checkpoint sits on an iteration boundary and the resumed run continues exactly;
+            # a second signal stops at once.
+            obs, losses = self._iterate(obs)
+            if first:  # kernels loaded or compiled, graphs captured
+                self.startup.mark("first_iteration_s")
+                first = False
+            self._obs = obs
+            self.global_step += self.iteration_steps
+            bar.update(self.iteration_steps)
+            if check_sync:
+                distributed.check_identical(self.policy, self.dist.world_size)
+                self.sync_checks += 1
+            it = self.algo.iteration
+            record, elapsed = self._iteration_record(losses, bar, start, start_step)
+            evaluated = cfg.train.eval_every and it % cfg.train.eval_every == 0
+            if evaluated and self.is_main:
+                self._periodic_eval(record, elapsed)
+            now = time.perf_counter()
+            last = it >= self.num_iterations
+            if self.progress == "lines" and (now - last_line >= PROGRESS_LINE_S or last):
+                last_line = now
+                self._progress_line(record)
+            if logger is not None and (it % cfg.train.log_every == 0 or evaluated):
+                logger.log(record)
+            signalled, solved, out_of_time = self._stop_votes(stop, start)
+            if it % cfg.train.checkpoint_every == 0 or signalled:
+                self._save(elapsed)
+            if signalled:
+                return signal.Signals(stop.signum or signal.SIGTERM).name
+            if solved:
+                return "solved"
+            if out_of_time:
+                return "max_wall_s"
+        return "total_steps"
+
+    def _iteration_record(
+        self, losses: dict[str, float], bar: tqdm, start: float, start_step: int
+    ) -> tuple[dict[str, Any], float]:
+        """The metrics row of the iteration just run, and the run's wall time so far."""
+        returns, lengths = self.env.pop_episode_stats()
+        self.episode_window.extend(returns)
+        self.length_window.extend(lengths)
+        elapsed = self.time_offset + time.perf_counter() - start
+        record = {
+            "global_step": self.global_step,
+            "iteration": self.algo.iteration,
+            "time_s": round(elapsed, 3),
+            "steps_per_s": (self.global_step - start_step) / max(time.perf_counter() - start, 1e-9),
+            **losses,
+        }
+        if self.episode_window:
+            record["charts/episode_return_mean"] = statistics.fmean(self.episode_window)
+            bar.set_postfix(ret=f"{record['charts/episode_return_mean']:.1f}")
+        if self.length_window:
+            record["charts/episode_length_mean"] = statistics.fmean(self.length_window)
+        record.update(self.env.pop_log())  # the task's own scalars (mjlab)
+        record.update(self._memory_stats())
+        return record, elapsed
+
+    def _stop_votes(self, stop: StopRequest, start: float) -> tuple[bool, bool, bool]:
+        """Whether to stop after this iteration: (signalled, solved, out of time), of all ranks."""
+        cfg = self.cfg
+        signalled = stop.signum is not None
+        solved = (
+            cfg.train.stop_at_threshold
+            and self.solved_streak >= cfg.train.solved_patience
+            and self.is_main
+            and self._verdict_passes()
+        )
+        limit = cfg.train.max_wall_s
+        out_of_time = limit is not None and time.perf_counter() - start >= limit
+        if self.dist.enabled:  # every rank stops together (rank 0 evaluates)
+            signalled, solved, out_of_time = distributed.any_rank(
+                [signalled, solved, out_of_time], self.device
+            )
+        return signalled, solved, out_of_time
 
     def _progress_line(self, record: dict[str, Any]) -> None:
         """One plain log line: steps done of the total, speed, returns (no carriage return)."""
