@@ -42,6 +42,10 @@ RUNS = {
     "mjlab-go1-flat": ["--env", "Mjlab-Velocity-Flat-Unitree-Go1", "--total-steps", "960",
                        "--seed", "2"],
 }  # fmt: skip
+GPU_RUNS = {  # --device cuda: the fused CartPole kernels (ppo.fused=auto), PureJaxRL's settings
+    "ppo-cartpole-fused": ["--env", "CartPole-v1", "--env-backend", "gpu", "--num-envs", "4",
+                           "--total-steps", "500000", "--seed", "1"],
+}  # fmt: skip
 
 CLOCK_WORDS = ("time", "per_s", "_s/", "wall", "fps", "sps", "latency", "seconds", "eta")
 
@@ -52,13 +56,13 @@ def is_clock(key: str) -> bool:
     return any(w in k for w in CLOCK_WORDS) or k.endswith("_s") or k.endswith("_ms")
 
 
-def run_one(name: str, args: list[str], workdir: Path, source: Path | None) -> dict:
+def run_one(name: str, args: list[str], workdir: Path, source: Path | None, device: str) -> dict:
     run = workdir / name
     cmd = [sys.executable, "-m", "orin_rl.cli", "-q", "train", "--no-progress", "--overwrite",
-           "--device", "cpu", "--out", str(run), *args]  # fmt: skip
+           "--device", device, "--out", str(run), *args]  # fmt: skip
     env = dict(os.environ)
-    if source is not None:
-        env["PYTHONPATH"] = str(source)
+    if source is not None:  # its orin_rl first, what else PYTHONPATH holds after it
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(source), env.get("PYTHONPATH")) if p)
     start = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=source or ROOT)
     wall = time.perf_counter() - start
@@ -73,6 +77,8 @@ def run_one(name: str, args: list[str], workdir: Path, source: Path | None) -> d
         "wall_s": wall,
         "records": series,
         "eval_return_mean": summary.get("eval_return_mean"),
+        "steps_per_s": summary.get("steps_per_s"),  # not compared: a clock's
+        "training_path": summary.get("training_path"),
         "checkpoint_sha256": checkpoint_digest(run / "checkpoint.pt"),
     }
 
@@ -100,14 +106,15 @@ def checkpoint_digest(path: Path) -> dict[str, str]:
 
 
 def cmd_run(ns: argparse.Namespace) -> int:
-    names = ns.only.split(",") if ns.only else list(RUNS)
+    table = RUNS if ns.device == "cpu" else GPU_RUNS
+    names = ns.only.split(",") if ns.only else list(table)
     source = ns.source.resolve() if ns.source else None
     commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=source or ROOT,
                             capture_output=True, text=True).stdout.strip()  # fmt: skip
     out = {"commit": commit, "runs": {}}
     for name in names:
         print(f"{name} ...", flush=True)
-        out["runs"][name] = r = run_one(name, RUNS[name], ns.workdir, source)
+        out["runs"][name] = r = run_one(name, table[name], ns.workdir, source, ns.device)
         print(f"  {r.get('error', 'ok')[:400]} ({r['wall_s']:.0f} s)", flush=True)
         ns.out.parent.mkdir(parents=True, exist_ok=True)
         ns.out.write_text(json.dumps(out, indent=1))
@@ -139,7 +146,16 @@ def diff_run(a: dict, b: dict) -> dict:
         "first_difference": first,
         "final_eval_before": a["eval_return_mean"],
         "final_eval_after": b["eval_return_mean"],
+        "steps_per_s_before": a.get("steps_per_s"),
+        "steps_per_s_after": b.get("steps_per_s"),
+        "path_before": (a.get("training_path") or {}).get("path"),
+        "path_after": (b.get("training_path") or {}).get("path"),
     }
+
+
+def _rate(value: float | None, shown: bool) -> str:
+    """Steps/s as a table cell: from the GPU only (a CPU box's clock is not a benchmark)."""
+    return "not compared" if not shown or value is None else f"{value:,.0f}"
 
 
 def cmd_compare(ns: argparse.Namespace) -> int:
@@ -151,26 +167,29 @@ def cmd_compare(ns: argparse.Namespace) -> int:
               "command": "python tools/refactor_curves.py run / compare", "runs": rows,
               "args": {n: before["runs"][n]["args"] for n in rows}}  # fmt: skip
     lines = [
-        "# Training curves before and after the issue-70 refactor (CPU box)",
+        f"# Training curves before and after the issue-70 refactor ({ns.machine})",
         "",
         f"Before: `{before['commit'][:10]}`; after: `{after['commit'][:10]}`. Each run is one "
-        "`orin-rl train --device cpu` process with the env's preset on a fixed seed "
+        f"`orin-rl train --device {ns.device}` process with the env's preset on a fixed seed "
         "(`tools/refactor_curves.py`); every per-iteration figure that does not read a clock is "
         "compared exactly, and the sha256 of each tensor of the final checkpoint.",
         "",
         "| run | arguments | iterations | figures compared | curves identical | weights identical "
-        "| final eval before | after | first difference |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| final eval before | after | steps/s before | after | path | first difference |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
+    gpu = ns.device != "cpu"
     for n, r in rows.items():
         if "error" in r:
-            lines.append(f"| {n} | | | | error | | | | {r['error'][-200:]!r} |")
+            lines.append(f"| {n} | | | | error | | | | | | | {r['error'][-200:]!r} |")
             continue
         lines.append(
             f"| {n} | `{' '.join(result['args'][n])}` | {r['iterations']} | "
             f"{r['figures_compared']} | {'yes' if r['identical'] else 'no'} | "
             f"{'yes' if r['weights_identical'] else 'no'} | {r['final_eval_before']} | "
-            f"{r['final_eval_after']} | {r['first_difference'] or '—'} |"
+            f"{r['final_eval_after']} | {_rate(r['steps_per_s_before'], gpu)} | "
+            f"{_rate(r['steps_per_s_after'], gpu)} | {r['path_before']} → {r['path_after']} | "
+            f"{r['first_difference'] or '—'} |"
         )
     ns.write.parent.mkdir(parents=True, exist_ok=True)
     ns.write.with_suffix(".json").write_text(json.dumps(result, indent=1) + "\n")
@@ -187,10 +206,14 @@ def main() -> int:
     r.add_argument("--source", type=Path, help="another checkout's root (its orin_rl runs)")
     r.add_argument("--workdir", type=Path, default=ROOT / "runs" / "refactor-curves")
     r.add_argument("--only", default="", help="comma-separated run names")
+    r.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                   help="cuda: the GPU runs (GPU_RUNS) instead of the CPU ones")  # fmt: skip
     c = sub.add_parser("compare")
     c.add_argument("before", type=Path)
     c.add_argument("after", type=Path)
     c.add_argument("--write", type=Path, default=ROOT / "docs/benchmarks/refactor_curves_cpu")
+    c.add_argument("--machine", default="CPU box", help="where the runs ran, for the title")
+    c.add_argument("--device", default="cpu", help="the runs' --device, for the text")
     ns = parser.parse_args()
     return cmd_run(ns) if ns.cmd == "run" else cmd_compare(ns)
 
