@@ -166,10 +166,18 @@ def mjlab_style_onnx(tmp_path_factory):
     return path
 
 
+def require_extra(extra: str, module: str, reason: str | None = None) -> None:
+    """The ``extra``'s ``module``: skipped where missing, failed where CI installed the extra
+    (``ORIN_RL_REQUIRE_<EXTRA>=1``, e.g. ``ORIN_RL_REQUIRE_MJLAB``)."""
+    if os.environ.get(f"ORIN_RL_REQUIRE_{extra.upper()}") == "1":
+        importlib.import_module(module)
+    else:
+        pytest.importorskip(
+            module, reason=reason or f"needs the {extra} extra: pip install -e '.[{extra}]'"
+        )
+
+
 def require_pixels(module: str, reason: str) -> None:
     """The pixels extra's ``module`` (ale_py, cv2, minatar): skipped where missing, failed
     where CI installed it (``ORIN_RL_REQUIRE_PIXELS=1``)."""
-    if os.environ.get("ORIN_RL_REQUIRE_PIXELS") == "1":
-        importlib.import_module(module)
-    else:
-        pytest.importorskip(module, reason=reason)
+    require_extra("pixels", module, reason)

@@ -33,6 +33,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).parent))
 
+from bench_common import write_report  # noqa: E402
+
 SUITE, MIRROR = "bookworm", "http://deb.debian.org/debian"
 PACKAGES = "python3,python3-venv,python3-dev,gcc,libc6-dev,cyclonedds-dev,ca-certificates"
 CYCLONEDDS = "0.10.2"  # Debian bookworm's cyclonedds-dev; Unitree's SDK2 pins the same release
@@ -343,9 +345,7 @@ def main() -> int:
         ],
         "date": time.strftime("%Y-%m-%d"),
     }
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "aarch64_deploy.json").write_text(json.dumps(result, indent=2) + "\n")
-    (args.out / "aarch64_deploy.md").write_text(markdown(result))
+    write_report(args.out, "aarch64_deploy", result, markdown(result))
     log(f"wrote {args.out / 'aarch64_deploy.json'} in {result['seconds']['total']} s")
     ok = (not result["torch_installed"] and doctor.returncode == 0 and cartpole.returncode == 0
           and any("-> policy" in t for t in g1["transitions"]) and g1["exit_code"] in (0, 3))  # fmt: skip

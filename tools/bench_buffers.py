@@ -14,7 +14,6 @@ GB/s count bytes read + written once each. Writes JSON and Markdown under ``--ou
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 from collections.abc import Callable
@@ -22,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from bench_common import write_report
 
 from orin_rl.buffers import PrioritizedReplayBuffer, ops
 
@@ -329,10 +329,9 @@ def main() -> None:
         "gather_wide": bench_gather(device, rows=1 << 20, cols=256, take=1 << 18),
         "per": bench_per(device),
     }
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / f"{args.name}.json").write_text(json.dumps(result, indent=2) + "\n")
-    (args.out / f"{args.name}.md").write_text(markdown(result))
-    print(markdown(result))
+    text = markdown(result)
+    write_report(args.out, args.name, result, text)
+    print(text)
 
 
 if __name__ == "__main__":

@@ -31,6 +31,8 @@ import textwrap
 import time
 from pathlib import Path
 
+from bench_common import write_report
+
 ROOT = Path(__file__).resolve().parents[1]
 TARGET_MIB = 62.0
 """Issue 67's bound on the torch-free run's peak RSS (x86-64)."""
@@ -316,10 +318,9 @@ def main() -> int:
     }
     for r in (*record["runs"].values(), *record.get("baseline", {}).get("runs", {}).values()):
         r.pop("maps", None)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / f"{args.name}.json").write_text(json.dumps(record, indent=2) + "\n")
-    (args.out / f"{args.name}.md").write_text(markdown(record))
-    print(markdown(record))
+    text = markdown(record)
+    write_report(args.out, args.name, record, text)
+    print(text)
     return 0
 
 

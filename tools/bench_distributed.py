@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import torch
+from bench_common import write_report
 
 ROOT = Path(__file__).resolve().parents[1]
 PER_GPU = ["--env", "CartPole-v1", "--env-backend", "gpu", "--device", "cuda", "--num-envs",
@@ -102,9 +103,7 @@ def main() -> None:
                      f"{r['per_rank_steps_per_s']} | {when} | {r['final_eval_mean']} | "
                      f"{r['cuda_graphs']} |")  # fmt: skip
     lines += ["", f"Scaling efficiency (throughput runs): {eff:.1%}" if eff else ""]
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / f"{name}.json").write_text(json.dumps(result, indent=2) + "\n")
-    (args.out / f"{name}.md").write_text("\n".join(lines) + "\n")
+    write_report(args.out, name, result, "\n".join(lines) + "\n")
     print("\n".join(lines))
 
 

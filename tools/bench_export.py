@@ -12,7 +12,6 @@ PyTorch through ONNX Runtime at batch 128; its ONNX files are kept for the runti
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import sys
 import tempfile
@@ -22,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 import torch
+from bench_common import write_report
 
 from orin_rl import config as C
 from orin_rl.export.onnx import _to_onnx, export_bundle
@@ -165,10 +165,9 @@ def main() -> None:
         "command": "python tools/bench_export.py " + " ".join(sys.argv[1:]),
         "rows": rows,
     }
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "export_cpu.json").write_text(json.dumps(result, indent=2) + "\n")
-    (args.out / "export_cpu.md").write_text(markdown(result))
-    print(markdown(result))
+    text = markdown(result)
+    write_report(args.out, "export_cpu", result, text)
+    print(text)
 
 
 if __name__ == "__main__":

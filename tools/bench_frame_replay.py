@@ -76,7 +76,9 @@ class RandomFrames(gym.Env):
 
 class ListEnvs:
     """Auto-resetting envs stepped one by one: a VecEnv's ``reset``/``step`` for the memory
-    part (``StepResult`` with the final observations)."""
+    part (``StepResult`` with the final observations). tests/algorithms/test_pixels.py steps
+    its envs with it, importing ``tools.bench_frame_replay``: no bare import of a sibling tool
+    here."""
 
     def __init__(self, envs: list[gym.Env], seed: int):
         self.envs, self.seed = envs, seed

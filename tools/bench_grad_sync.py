@@ -11,7 +11,6 @@ methods interleaved in blocks. gloo on the CPU (this box), NCCL with ``--device 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
@@ -22,6 +21,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from bench_common import write_report
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
@@ -127,9 +127,7 @@ def main() -> None:
              f"{result['torch']}.", "", "| method | median step µs |", "|---|---|",
              *[f"| {k} | {v:,.0f} |" for k, v in med.items()], "",
              f"flat / DDP: {result['ratio_flat_over_ddp']:.2f}×"]  # fmt: skip
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / f"{name}.json").write_text(json.dumps(result, indent=2) + "\n")
-    (args.out / f"{name}.md").write_text("\n".join(lines) + "\n")
+    write_report(args.out, name, result, "\n".join(lines) + "\n")
     print("\n".join(lines))
 
 

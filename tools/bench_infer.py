@@ -26,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from bench_common import call_times_ns, write_report
 
 from orin_rl.bundle import BundleInfo
 from orin_rl.export.onnx import _specs, _to_onnx
@@ -50,14 +51,7 @@ def stats(samples_ns: np.ndarray) -> dict[str, float]:
 
 
 def time_fn(fn, iters: int) -> dict[str, float]:
-    for _ in range(max(50, iters // 20)):
-        fn()
-    samples = np.empty(iters)
-    for i in range(iters):
-        t0 = time.perf_counter_ns()
-        fn()
-        samples[i] = time.perf_counter_ns() - t0
-    return stats(samples)
+    return stats(call_times_ns(fn, iters, warmup=max(50, iters // 20)))
 
 
 def time_pair(fn_a, fn_b, iters: int) -> tuple[dict[str, float], dict[str, float]]:
@@ -512,10 +506,9 @@ def main() -> None:
             if (tmp / "loop.png").exists():
                 args.out.mkdir(parents=True, exist_ok=True)
                 (args.out / f"{args.name}_loop.png").write_bytes((tmp / "loop.png").read_bytes())
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / f"{args.name}.json").write_text(json.dumps(result, indent=2) + "\n")
-    (args.out / f"{args.name}.md").write_text(markdown(result))
-    print(markdown(result))
+    text = markdown(result)
+    write_report(args.out, args.name, result, text)
+    print(text)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,6 @@ times; the figures come from them and from the process walls:
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
@@ -32,6 +31,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from bench_common import pyplot, save_figure, task_seed_parser
 
 ROOT = Path(__file__).resolve().parents[1]
 TASKS = ("Mjlab-Velocity-Flat-Unitree-Go1", "Mjlab-Velocity-Flat-Unitree-G1")
@@ -193,12 +194,7 @@ def write(rows: list[dict], out: Path, meta: dict) -> None:
         lines += ["", meta["note"]]
     out.with_suffix(".md").write_text("\n".join(lines) + "\n")
     try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
-        fig, axes = plt.subplots(1, len(rows), figsize=(6 * len(rows), 4), squeeze=False)
+        fig, axes = pyplot().subplots(1, len(rows), figsize=(6 * len(rows), 4), squeeze=False)
         for ax, r in zip(axes[0], rows, strict=True):  # one panel per task and seed
             for name in ("ours", "mjlab"):
                 curve = r.get(f"{name}_curve")
@@ -209,20 +205,15 @@ def write(rows: list[dict], out: Path, meta: dict) -> None:
             ax.set_xlabel("wall time from process start (s)")
             ax.set_ylabel("mean episode reward")
             ax.legend()
-        fig.tight_layout()
-        fig.savefig(out.with_suffix(".png"), dpi=110)
-        plt.close(fig)
+        save_figure(fig, out.with_suffix(".png"))
     except Exception as exc:  # the tables stand without the picture
         print(f"plot not written: {exc}")
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--tasks", default=",".join(TASKS))
-    p.add_argument("--num-envs", type=int, default=4096)
+    p = task_seed_parser(__doc__, ",".join(TASKS), 4096, "42", ROOT / "docs/benchmarks/mjlab_h200")
     p.add_argument("--iterations", type=int, default=300)
     p.add_argument("--steps-per-env", type=int, default=24)
-    p.add_argument("--seeds", default="42", help="comma-separated: a row per task and seed")
     p.add_argument(
         "--append",
         action="store_true",
@@ -239,7 +230,6 @@ def main() -> None:
         help="ours without --cuda-graphs (the env's step "
         "then runs its segments eagerly, as mjlab does)",
     )
-    p.add_argument("--out", type=Path, default=ROOT / "docs/benchmarks/mjlab_h200")
     p.add_argument("--work", type=Path, help="keep the runs here (default: a temp folder)")
     args = p.parse_args()
     args.ours_set = [x for s in args.ours_set for x in ("--set", s)]

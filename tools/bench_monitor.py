@@ -10,13 +10,14 @@ are the same work). Runs alternate off / on to spread machine noise over both.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import statistics
 import tempfile
 import time
 from pathlib import Path
+
+from bench_common import write_report
 
 from orin_rl import config as C
 from orin_rl.runners import train
@@ -82,9 +83,7 @@ def main() -> None:
         f"| monitor | median steps/s |\n|---|---|\n| off | {off:,.0f} |\n| on | {on:,.0f} |\n\n"
         f"Overhead: **{result['overhead_pct']:.2f}%** (negative = within noise); samples per run {samples}.\n"
     )
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "monitor_cpu.json").write_text(json.dumps(result, indent=2) + "\n")
-    (args.out / "monitor_cpu.md").write_text(md)
+    write_report(args.out, "monitor_cpu", result, md)
     print(md)
 
 

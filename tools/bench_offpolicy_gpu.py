@@ -9,7 +9,6 @@ placement.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import time
@@ -17,6 +16,7 @@ from pathlib import Path
 
 import gymnasium as gym
 import torch
+from bench_common import write_report
 
 from orin_rl.algorithms.sac import SAC
 from orin_rl.buffers import ReplayBuffer
@@ -133,9 +133,7 @@ def main() -> None:
             continue
         lines.append(f"| {m['placement']} | {m['nbytes_gib']:.1f} | {m['gpu_memory_gib']:.1f} | "
                      f"{m['resident_host_gib']:.1f} | {m['allocate_s']:.1f} |")  # fmt: skip
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "offpolicy_h200.json").write_text(json.dumps(result, indent=2) + "\n")
-    (args.out / "offpolicy_h200.md").write_text("\n".join(lines) + "\n")
+    write_report(args.out, "offpolicy_h200", result, "\n".join(lines) + "\n")
     print("\n".join(lines))
 
 

@@ -30,6 +30,8 @@ import sys
 import time
 from pathlib import Path
 
+from bench_common import pyplot, save_figure
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
@@ -212,12 +214,7 @@ def write(result: dict, out: Path) -> None:
     lines += ["", *result.get("notes", [])]
     out.with_suffix(".md").write_text("\n".join(lines) + "\n")
     try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
-        fig, ax = plt.subplots(figsize=(7.5, 4))
+        fig, ax = pyplot().subplots(figsize=(7.5, 4))
         for r in rows:
             if r.get("curve"):
                 label = f"{r['mode']}, {r['rate_hz']:g} Hz" if r["rate_hz"] else r["mode"]
@@ -230,9 +227,7 @@ def write(result: dict, out: Path) -> None:
         ax.set_title(f"{task['env']}, {algo}: evaluation return against wall time")
         ax.grid(alpha=0.3)
         ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
-        fig.tight_layout()
-        fig.savefig(out.with_suffix(".png"), dpi=110)
-        plt.close(fig)
+        save_figure(fig, out.with_suffix(".png"))
     except Exception as exc:  # a plot must never lose the figures
         print(f"plot not written: {exc}", file=sys.stderr)
 

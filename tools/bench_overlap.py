@@ -12,7 +12,6 @@ and the final evaluation of both. Writes JSON + Markdown.
 
 from __future__ import annotations
 
-import argparse
 import json
 import subprocess
 import sys
@@ -21,6 +20,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).parent))
+
+from bench_common import task_seed_parser  # noqa: E402
+
 THRESHOLDS = {"Hopper-v5": 1500.0, "Humanoid-v5": 5000.0, "CartPole-v1": 475.0}
 
 
@@ -105,9 +108,9 @@ def train(task: str, args, overlap: bool, work: Path, seed: int, eager_update: b
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--tasks", default="Hopper-v5,Humanoid-v5")
-    p.add_argument("--num-envs", type=int, default=64)
+    p = task_seed_parser(
+        __doc__, "Hopper-v5,Humanoid-v5", 64, "1", ROOT / "docs/benchmarks/overlap_h200"
+    )
     p.add_argument("--vectorization", default="async", help="the synchronous run's")
     p.add_argument(
         "--overlap-vectorization",
@@ -125,7 +128,6 @@ def main() -> None:
     p.add_argument("--eval-every", type=int, default=10)
     p.add_argument("--env-only-steps", type=int, default=300)
     p.add_argument("--threshold", type=float, help="evaluation return counted as reached")
-    p.add_argument("--seeds", default="1", help="comma-separated: a row per task and seed")
     p.add_argument("--device", default="cuda")
     p.add_argument(
         "--compare-eager-update",
@@ -136,7 +138,6 @@ def main() -> None:
         "--append", action="store_true", help="keep the rows of other tasks already in --out's JSON"
     )
     p.add_argument("--work", type=Path, default=Path("/tmp/bench_overlap"))
-    p.add_argument("--out", type=Path, default=ROOT / "docs/benchmarks/overlap_h200")
     args = p.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
     rows = []

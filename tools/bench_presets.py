@@ -24,6 +24,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).parent))
+
+from bench_common import pyplot, save_figure  # noqa: E402
 
 COMMON = ["--env", "Hopper-v5", "--num-envs", "16", "--device", "cpu", "--seed", "1",
           "--set", "train.eval_every=20", "--set", "train.eval_episodes=10"]  # fmt: skip
@@ -130,6 +133,18 @@ def run_variant(key: str, steps: int, workdir: Path) -> dict:
     }
 
 
+def _table_row(r: dict) -> str:
+    """A variant's row of the Markdown table ("error" where its run failed)."""
+    if "error" in r:
+        return f"| {r['variant']} | {r['label']} | error | | | |"
+    first = f"{r['first_step_at_1500']:,} steps" if r["first_step_at_1500"] else "never"
+    best = r["best_periodic_eval"]
+    return (
+        f"| {r['variant']} | {r['label']} | {r['final_eval_mean']:.0f} ± {r['final_eval_std']:.0f} "
+        f"| {'—' if best is None else f'{best:.0f}'} | {first} | {r['steps_per_s']:,.0f} |"
+    )
+
+
 def markdown(result: dict) -> str:
     lines = [
         "# Hopper-v5 on gymnasium's CPU physics: the preset against the defaults",
@@ -141,18 +156,7 @@ def markdown(result: dict) -> str:
         "",
         "| variant | what | final eval | best periodic eval | first periodic eval ≥ 1,500 | steps/s |",
         "|---|---|---|---|---|---|",
-    ]
-    for r in result["rows"]:
-        if "error" in r:
-            lines.append(f"| {r['variant']} | {r['label']} | error | | | |")
-            continue
-        first = f"{r['first_step_at_1500']:,} steps" if r["first_step_at_1500"] else "never"
-        best = r["best_periodic_eval"]
-        lines.append(
-            f"| {r['variant']} | {r['label']} | {r['final_eval_mean']:.0f} ± {r['final_eval_std']:.0f} "
-            f"| {'—' if best is None else f'{best:.0f}'} | {first} | {r['steps_per_s']:,.0f} |"
-        )
-    lines += [
+        *map(_table_row, result["rows"]),
         "",
         "Periodic evaluations (steps: return):",
         "",
@@ -165,12 +169,7 @@ def markdown(result: dict) -> str:
 
 
 def plot(result: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4))
+    fig, ax = pyplot().subplots(figsize=(7, 4))
     for r in result["rows"]:
         if "curve" in r:
             ax.plot([c[0] for c in r["curve"]], [c[1] for c in r["curve"]],
@@ -181,9 +180,7 @@ def plot(result: dict, path: Path) -> None:
     ax.set_title("Hopper-v5, gymnasium CPU physics, 16 envs")
     ax.legend(fontsize=6.5, loc="upper left")
     ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def main() -> int:

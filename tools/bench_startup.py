@@ -37,6 +37,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).parent))
 
+from bench_common import record_head, write_report  # noqa: E402
 from bench_train_gpu import PUREJAXRL_PPO  # noqa: E402
 
 PHASES = ("process_start_s", "envs_s", "build_s", "setup_s", "learn_setup_s",
@@ -207,6 +208,12 @@ def tasks_markdown(r: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _machine(torch) -> str:
+    """The GPU (or "no GPU"), the architecture and the CPU count, for a result's ``machine``."""
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
+    return f"{gpu}; {platform.machine()}, {os.cpu_count()} CPUs"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda")
@@ -220,15 +227,11 @@ def main() -> None:
 
         with tempfile.TemporaryDirectory() as tmp_dir:
             rows = task_rows(args.tasks.split(","), args.device, Path(tmp_dir))
-        gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
-        result = {"benchmark": "first_iteration", "date": time.strftime("%Y-%m-%d"),
-                  "machine": f"{gpu}; {platform.machine()}, {os.cpu_count()} CPUs",
-                  "command": "python tools/bench_startup.py " + " ".join(sys.argv[1:]),
+        result = {**record_head("first_iteration", _machine(torch), "bench_startup.py"),
                   "device": args.device, "rows": rows}  # fmt: skip
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / f"{args.name}.json").write_text(json.dumps(result, indent=2) + "\n")
-        (args.out / f"{args.name}.md").write_text(tasks_markdown(result))
-        print(tasks_markdown(result))
+        text = tasks_markdown(result)
+        write_report(args.out, args.name, result, text)
+        print(text)
         return
     with tempfile.TemporaryDirectory() as tmp_dir:
         tmp = Path(tmp_dir)
@@ -245,13 +248,9 @@ def main() -> None:
         bare = bare_imports(env)
     import torch
 
-    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
+    head = record_head("training_startup", _machine(torch), "bench_startup.py", torch.__version__)
     result = {
-        "benchmark": "training_startup",
-        "date": time.strftime("%Y-%m-%d"),
-        "machine": f"{gpu}; {platform.machine()}, {os.cpu_count()} CPUs",
-        "torch": torch.__version__,
-        "command": "python tools/bench_startup.py " + " ".join(sys.argv[1:]),
+        **head,
         "device": args.device,
         "steps": args.steps,
         "cases": cases,
@@ -259,10 +258,9 @@ def main() -> None:
         "not_run": {"Humanoid-v5 on GPU physics": "needs warp-lang and mujoco-warp on the "
                     "machine (staged in parts: ../shared/GPU.md); not staged for this run"},
     }  # fmt: skip
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / f"{args.name}.json").write_text(json.dumps(result, indent=2) + "\n")
-    (args.out / f"{args.name}.md").write_text(markdown(result))
-    print(markdown(result))
+    text = markdown(result)
+    write_report(args.out, args.name, result, text)
+    print(text)
 
 
 if __name__ == "__main__":

@@ -29,7 +29,28 @@ from tqdm import tqdm
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).parent))
+from bench_common import write_report  # noqa: E402
 from train_bench_common import ensure_peer_venv  # noqa: E402
+
+
+def _run_row(
+    trainer: str, seed: int, wall: float, s: dict, train_time: float, final: float
+) -> dict:
+    """One run's row: its process wall time ``wall``, from the trainer's summary ``s`` its
+    first solved evaluation, steps and steps/s, and its training time and final evaluation
+    (each trainer names them its own way)."""
+    solved = s["solved_at"]
+    return {
+        "trainer": trainer,
+        "seed": seed,
+        "process_wall_s": round(wall, 3),
+        "time_to_solve_s": solved["time_s"] if solved else None,
+        "steps_to_solve": solved["global_step"] if solved else None,
+        "train_time_s": train_time,
+        "total_steps": s["total_steps"],
+        "steps_per_s": s["steps_per_s"],
+        "final_eval_mean": final,
+    }
 
 
 def run_ours(seed: int, workdir: Path) -> dict:
@@ -54,17 +75,7 @@ def run_ours(seed: int, workdir: Path) -> dict:
     subprocess.run(cmd, check=True, capture_output=True)
     wall = time.perf_counter() - start
     s = json.loads((out / "summary.json").read_text())
-    return {
-        "trainer": "orin_rl",
-        "seed": seed,
-        "process_wall_s": round(wall, 3),
-        "time_to_solve_s": s["solved_at"]["time_s"] if s["solved_at"] else None,
-        "steps_to_solve": s["solved_at"]["global_step"] if s["solved_at"] else None,
-        "train_time_s": s["wall_time_s"],
-        "total_steps": s["total_steps"],
-        "steps_per_s": s["steps_per_s"],
-        "final_eval_mean": s["eval_return_mean"],
-    }
+    return _run_row("orin_rl", seed, wall, s, s["wall_time_s"], s["eval_return_mean"])
 
 
 def run_peer(python: Path, seed: int) -> dict:
@@ -73,17 +84,7 @@ def run_peer(python: Path, seed: int) -> dict:
     proc = subprocess.run(cmd, check=True, capture_output=True, text=True)
     wall = time.perf_counter() - start
     s = json.loads(proc.stdout.strip().splitlines()[-1])
-    return {
-        "trainer": "sb3",
-        "seed": seed,
-        "process_wall_s": round(wall, 3),
-        "time_to_solve_s": s["solved_at"]["time_s"] if s["solved_at"] else None,
-        "steps_to_solve": s["solved_at"]["global_step"] if s["solved_at"] else None,
-        "train_time_s": s["train_time_s"],
-        "total_steps": s["total_steps"],
-        "steps_per_s": s["steps_per_s"],
-        "final_eval_mean": s["final_eval_mean"],
-    }
+    return _run_row("sb3", seed, wall, s, s["train_time_s"], s["final_eval_mean"])
 
 
 def summarise(rows: list[dict]) -> dict:
@@ -104,7 +105,6 @@ def _row(*cells) -> str:
 
 def markdown(result: dict) -> str:
     """The result as a Markdown report: summary table, ratio, per-run table."""
-    summary = result["summary"]
     lines = [
         "# Training benchmark: CartPole-v1 on the CPU",
         "",
@@ -130,7 +130,7 @@ def markdown(result: dict) -> str:
     ]
     names = {"orin_rl": "orin_rl PPO (CartPole preset)", "sb3": "SB3 PPO (zoo hyper-parameters)"}
     for key, name in names.items():
-        s = summary[key]
+        s = result["summary"][key]
         tts = s["median_time_to_solve_s"]
         lines.append(
             _row(
@@ -229,10 +229,9 @@ def main() -> None:
         "ratio_time_to_solve": (o / p) if o and p else None,
         "runs": rows,
     }
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / f"{args.name}.json").write_text(json.dumps(result, indent=2) + "\n")
-    (args.out / f"{args.name}.md").write_text(markdown(result))
-    print(markdown(result))
+    text = markdown(result)
+    write_report(args.out, args.name, result, text)
+    print(text)
 
 
 if __name__ == "__main__":

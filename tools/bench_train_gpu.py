@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 
 import torch
+from bench_common import write_report
 from tqdm import tqdm
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -60,33 +61,17 @@ ROWS = {  # PureJaxRL's three settings (its bench.py rows of the same names)
     "envs4096": ["--num-envs", "4096", "--total-steps", str(4096 * 128 * 100)],
     "seeds512": ["--num-envs", "4", "--num-agents", "512", "--total-steps", "500000"],
 }
+GPU_GRAPHS = ["--env-backend", "gpu", "--cuda-graphs"]
 PATHS = {
-    "fused": ["--env-backend", "gpu", "--cuda-graphs", "--set", "ppo.fused=auto"],
-    "general": ["--env-backend", "gpu", "--cuda-graphs", "--set", "ppo.fused=off"],
-    # float32 matmuls on the tensor cores (train.matmul=tf32): what JAX's default precision
-    # gives PureJaxRL on these GPUs (jax-ml/jax#18934); only torch's update has matmuls
-    "fused-tf32": [
-        "--env-backend",
-        "gpu",
-        "--cuda-graphs",
-        "--set",
-        "ppo.fused=auto",
-        "--set",
-        "train.matmul=tf32",
-    ],
-    # the fused rollout, torch's update compiled (ppo.compile_update) on the tensor cores
-    "fused-compile-tf32": [
-        "--env-backend",
-        "gpu",
-        "--cuda-graphs",
-        "--set",
-        "ppo.fused=auto",
-        "--set",
-        "ppo.compile_update=true",
-        "--set",
-        "train.matmul=tf32",
-    ],
+    "fused": [*GPU_GRAPHS, "--set", "ppo.fused=auto"],
+    "general": [*GPU_GRAPHS, "--set", "ppo.fused=off"],
 }
+# float32 matmuls on the tensor cores (train.matmul=tf32): what JAX's default precision
+# gives PureJaxRL on these GPUs (jax-ml/jax#18934); only torch's update has matmuls
+TF32 = ["--set", "train.matmul=tf32"]
+PATHS["fused-tf32"] = [*PATHS["fused"], *TF32]
+# the fused rollout, torch's update compiled (ppo.compile_update) on the tensor cores
+PATHS["fused-compile-tf32"] = [*PATHS["fused"], "--set", "ppo.compile_update=true", *TF32]
 # the fused update's gradients by the gradient kernel (torch's update beyond its shapes: the
 # default, ppo.fused_grads=kernel, until the GEMMs have run on a GPU) or by batched GEMMs
 # (gemm_update; what ppo.fused_grads=auto picks on envs4096)
@@ -449,7 +434,6 @@ def main(args) -> None:
         command="python tools/bench_train.py " + " ".join(sys.argv[1:]),
         pycache_prefix=os.environ.get("PYTHONPYCACHEPREFIX"),
     )
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / f"{name}.json").write_text(json.dumps(result, indent=2) + "\n")
-    (args.out / f"{name}.md").write_text(markdown(result))
-    print(markdown(result))
+    text = markdown(result)
+    write_report(args.out, name, result, text)
+    print(text)

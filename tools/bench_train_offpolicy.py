@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import torch
+from bench_common import record_head, write_report
 from tqdm import tqdm
 from train_bench_common import ensure_peer_venv
 
@@ -82,12 +83,9 @@ def main(args) -> None:
         o = summary[f"{algo}/orin_rl"]["median_time_to_solve_s"]
         p = summary[f"{algo}/sb3"]["median_time_to_solve_s"]
         ratios[algo] = o / p if o and p else None
+    machine = f"{platform.machine()}, {os.cpu_count()} CPUs"
     result = {
-        "benchmark": "offpolicy_time_to_solve",
-        "date": time.strftime("%Y-%m-%d"),
-        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
-        "torch": torch.__version__,
-        "command": "python tools/bench_train.py " + " ".join(sys.argv[1:]),
+        **record_head("offpolicy_time_to_solve", machine, "bench_train.py", torch.__version__),
         "summary": summary,
         "ratio_time_to_solve": ratios,
         "runs": rows,
@@ -105,7 +103,5 @@ def main(args) -> None:
     lines += ["", "Time to solve, ours / SB3: " + ", ".join(
         f"{a} {r:.2f}×" if r else f"{a} —" for a, r in ratios.items())]  # fmt: skip
     name = args.name if args.name != "train_cpu" else "offpolicy_cpu"
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / f"{name}.json").write_text(json.dumps(result, indent=2) + "\n")
-    (args.out / f"{name}.md").write_text("\n".join(lines) + "\n")
+    write_report(args.out, name, result, "\n".join(lines) + "\n")
     print("\n".join(lines))

@@ -15,21 +15,14 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import time
 from pathlib import Path
 
 import numpy as np
+from bench_common import call_times_ns
 
 
 def _median_us(fn, repeats: int) -> float:
-    for _ in range(min(100, repeats)):
-        fn()
-    times = np.empty(repeats)
-    for i in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times[i] = time.perf_counter() - start
-    return float(np.median(times) * 1e6)
+    return float(np.median(call_times_ns(fn, repeats, warmup=min(100, repeats))) / 1e3)
 
 
 def main() -> None:

@@ -6,6 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from bench_common import pyplot, save_figure
+
 
 def _count(n: int | None) -> str:
     return f" ({n})" if n else ""
@@ -106,17 +108,12 @@ def plot(
     task's in ``thresholds`` for GPU physics, 1,500 for the CPU Hopper preset)."""
     import math
 
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     curves = sorted((r for r in rows if r.get("curve")), key=lambda r: tasks.index(r["task"]))
     if not curves:
         return
     cols = 3
     nrows = math.ceil(len(curves) / cols)
-    fig, axes = plt.subplots(nrows, cols, figsize=(4.2 * cols, 3.2 * nrows), squeeze=False)
+    fig, axes = pyplot().subplots(nrows, cols, figsize=(4.2 * cols, 3.2 * nrows), squeeze=False)
     for ax in axes.flat[len(curves) :]:
         ax.set_visible(False)
     for ax, r in zip(axes.flat, curves, strict=False):
@@ -133,6 +130,4 @@ def plot(
         ax.set_ylabel("eval return")
         ax.legend(fontsize=7, loc="upper left")
         ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path)

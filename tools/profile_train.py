@@ -30,6 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).parent))
 
+from bench_common import record_head, write_report  # noqa: E402
 from bench_train_gpu import PUREJAXRL_PPO  # noqa: E402
 
 from orin_rl import config as config_mod  # noqa: E402
@@ -202,19 +203,15 @@ def main() -> None:
                 r["fused_steps_per_s"] = round(steps / r["fused"]["iteration_ms"] * 1e3)
             rows[row] = r
             print(row, json.dumps(r), flush=True)
+    machine = f"{torch.cuda.get_device_name(0)}; {platform.machine()}"
     result = {
-        "benchmark": "ppo_iteration_profile",
-        "date": time.strftime("%Y-%m-%d"),
-        "machine": f"{torch.cuda.get_device_name(0)}; {platform.machine()}",
-        "torch": torch.__version__,
-        "command": "python tools/profile_train.py " + " ".join(sys.argv[1:]),
+        **record_head("ppo_iteration_profile", machine, "profile_train.py", torch.__version__),
         "overrides": args.overrides,
         "rows": rows,
     }
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / f"{args.name}.json").write_text(json.dumps(result, indent=2) + "\n")
-    (args.out / f"{args.name}.md").write_text(markdown(result))
-    print(markdown(result))
+    text = markdown(result)
+    write_report(args.out, args.name, result, text)
+    print(text)
 
 
 def markdown(result: dict) -> str:

@@ -19,6 +19,7 @@ from orin_rl.envs import StepResult
 from orin_rl.models import PolicySpec
 from orin_rl.runners import train
 from tests.conftest import require_pixels
+from tools.bench_frame_replay import ListEnvs
 
 require_pixels("minatar", "MinAtar is in the pixels extra")
 
@@ -244,18 +245,10 @@ def _step_all(
     episode's end, the final observation stored as next_obs); ``truth``: slot → (obs,
     next_obs, the transition's row in ``plain``) of the transitions the ring holds, ``plain`` a
     full-stack buffer (no frame_history, no wrap) given the same step."""
-    nxt, final, term, trunc = [], [], [], []
-    for env in envs:
-        o, _, te, tr, _ = env.step(0)
-        final.append(torch.as_tensor(o))
-        if te or tr:
-            o, _ = env.reset()
-        nxt.append(torch.as_tensor(o))
-        term.append(te)
-        trunc.append(tr)
-    nxt, final = torch.stack(nxt), torch.stack(final)
     n, capacity, pos = len(envs), algo.replay.capacity, algo.replay.pos
-    step = StepResult(nxt, torch.rand(n), torch.tensor(term), torch.tensor(trunc), final, {})
+    step = ListEnvs(envs, seed=0).step(torch.zeros(n, dtype=torch.int64))  # action 0 in each
+    step.reward = torch.rand(n)
+    nxt, final = step.obs, step.final_obs
     seed = int(torch.randint(2**31, ()))
     for learner in (algo, plain) if plain is not None else (algo,):
         with torch.random.fork_rng():  # the same epsilon-greedy draws: the same actions

@@ -13,23 +13,11 @@ T, N, OBS = 6, 4, (3,)
 
 def fill(buffer: RolloutBuffer, rng, discrete: bool = True):
     """Write T random steps; return the stacked numpy copies of what was written."""
-    written = {
-        k: []
-        for k in (
-            "obs",
-            "actions",
-            "logprobs",
-            "values",
-            "rewards",
-            "terminated",
-            "episode_end",
-            "bootstrap_values",
-        )
-    }
+    written: dict[str, list[np.ndarray]] = {}
     for _ in range(buffer.num_steps):
         term = torch.from_numpy(rng.random(N) < 0.2)
         trunc = torch.from_numpy(rng.random(N) < 0.2) & ~term
-        tr = Transition(
+        step = dict(
             obs=torch.from_numpy(rng.normal(size=(N, *OBS)).astype(np.float32)),
             actions=torch.from_numpy(rng.integers(0, 3, N)) if discrete else torch.randn(N, 2),
             logprobs=torch.randn(N),
@@ -39,9 +27,9 @@ def fill(buffer: RolloutBuffer, rng, discrete: bool = True):
             episode_end=term | trunc,
             bootstrap_values=torch.where(trunc, torch.randn(N), torch.zeros(N)),
         )
-        for k in written:
-            written[k].append(getattr(tr, k).clone().numpy())
-        buffer.add(tr)
+        for k, v in step.items():
+            written.setdefault(k, []).append(v.clone().numpy())
+        buffer.add(Transition(**step))
     return {k: np.stack(v) for k, v in written.items()}
 
 

@@ -7,7 +7,6 @@ The adapter must not change the task: its step is held against mjlab's own auto-
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 
@@ -15,15 +14,13 @@ import numpy as np
 import pytest
 import torch
 
-if os.environ.get("ORIN_RL_REQUIRE_MJLAB") == "1":  # CI: the mjlab extra must be there
-    import mjlab  # noqa: F401
-else:
-    pytest.importorskip("mjlab", reason="needs the mjlab extra: pip install -e '.[mjlab]'")
+from tests.conftest import HAS_CUDA, require_extra
 
-from orin_rl import envs
-from orin_rl.envs.base import EnvError, EnvOptions
-from orin_rl.envs.mjlab import MjlabVecEnv, import_mjlab, task_ids
-from tests.conftest import HAS_CUDA
+require_extra("mjlab", "mjlab")  # CI (ORIN_RL_REQUIRE_MJLAB=1): the mjlab extra must be there
+
+from orin_rl import envs  # noqa: E402
+from orin_rl.envs.base import EnvError, EnvOptions  # noqa: E402
+from orin_rl.envs.mjlab import MjlabVecEnv, import_mjlab, task_ids  # noqa: E402
 
 GO1 = "Mjlab-Velocity-Flat-Unitree-Go1"
 N = 4

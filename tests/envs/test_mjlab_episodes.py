@@ -3,18 +3,15 @@ summary.json's ``eval_log`` and ``orin-rl eval`` report (issue 41 item 9)."""
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import torch
 
-if os.environ.get("ORIN_RL_REQUIRE_MJLAB") == "1":  # CI: the mjlab extra must be there
-    import mjlab  # noqa: F401
-else:
-    pytest.importorskip("mjlab", reason="needs the mjlab extra: pip install -e '.[mjlab]'")
+from tests.conftest import require_extra
 
-from orin_rl.envs.base import EnvOptions
-from orin_rl.envs.mjlab import MjlabVecEnv
+require_extra("mjlab", "mjlab")  # CI (ORIN_RL_REQUIRE_MJLAB=1): the mjlab extra must be there
+
+from orin_rl.envs.base import EnvOptions  # noqa: E402
+from orin_rl.envs.mjlab import MjlabVecEnv  # noqa: E402
 
 GO1 = "Mjlab-Velocity-Flat-Unitree-Go1"
 WORLDS = 4

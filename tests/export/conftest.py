@@ -27,27 +27,24 @@ def _run(tmp_path_factory, env_id: str, normalize: bool, *extra: str):
     return out
 
 
-@pytest.fixture(scope="session")
-def cartpole_run(tmp_path_factory):
-    return _run(tmp_path_factory, "CartPole-v1", normalize=False)
+def _run_fixture(name: str, env_id: str, normalize: bool, *extra: str, doc: str | None = None):
+    """A session fixture ``name``: the folder of one tiny run (``_run``'s arguments)."""
+
+    def run(tmp_path_factory):
+        return _run(tmp_path_factory, env_id, normalize, *extra)
+
+    run.__name__, run.__doc__ = name, doc
+    return pytest.fixture(scope="session", name=name)(run)
 
 
-@pytest.fixture(scope="session")
-def cartpole_norm_run(tmp_path_factory):
-    return _run(tmp_path_factory, "CartPole-v1", normalize=True)
-
-
-@pytest.fixture(scope="session")
-def pendulum_norm_run(tmp_path_factory):
-    return _run(tmp_path_factory, "Pendulum-v1", normalize=True)
-
-
-@pytest.fixture(scope="session")
-def pendulum_run(tmp_path_factory):
-    return _run(tmp_path_factory, "Pendulum-v1", normalize=False)
-
-
-@pytest.fixture(scope="session")
-def pendulum_rsl_norm_run(tmp_path_factory):
-    """rsl_rl's learner (mjlab's preset): its normalisers inside the actor and the critic."""
-    return _run(tmp_path_factory, "Pendulum-v1", True, "ppo.rsl_rl=true")
+cartpole_run = _run_fixture("cartpole_run", "CartPole-v1", False)
+cartpole_norm_run = _run_fixture("cartpole_norm_run", "CartPole-v1", True)
+pendulum_norm_run = _run_fixture("pendulum_norm_run", "Pendulum-v1", True)
+pendulum_run = _run_fixture("pendulum_run", "Pendulum-v1", False)
+pendulum_rsl_norm_run = _run_fixture(
+    "pendulum_rsl_norm_run",
+    "Pendulum-v1",
+    True,
+    "ppo.rsl_rl=true",
+    doc="rsl_rl's learner (mjlab's preset): its normalisers inside the actor and the critic.",
+)

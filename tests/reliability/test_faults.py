@@ -23,28 +23,16 @@ from orin_rl.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from orin_rl.envs import EnvError, make
 from orin_rl.runners.logger import read_metrics
 
-TRAIN = [
-    sys.executable,
-    "-m",
-    "orin_rl.cli",
-    "-q",
-    "train",
-    "--no-progress",
-    "--env",
-    "CartPole-v1",
-    "--device",
-    "cpu",
-    "--set",
-    "train.stop_at_threshold=false",
-    "--set",
-    "train.eval_every=0",
-    "--set",
-    "train.eval_episodes=1",
-    "--set",
-    "train.checkpoint_every=1",
-    "--set",
-    "train.tensorboard=false",
-]
+CLI_TRAIN = [sys.executable, "-m", "orin_rl.cli", "-q", "train", "--no-progress"]
+TRAIN = [*CLI_TRAIN, "--env", "CartPole-v1", "--device", "cpu",
+         "--set", "train.stop_at_threshold=false", "--set", "train.eval_every=0",
+         "--set", "train.eval_episodes=1", "--set", "train.checkpoint_every=1",
+         "--set", "train.tensorboard=false"]  # fmt: skip
+
+
+def resume(run: Path) -> list[str]:
+    """The command that resumes the run in ``run``."""
+    return [*CLI_TRAIN, "--resume", str(run)]
 
 
 def wait_for(predicate, timeout: float = 120.0) -> None:
@@ -70,19 +58,7 @@ def test_sigkill_at_random_moments_always_leaves_a_loadable_checkpoint(tmp_path)
         proc.wait(timeout=30)
         state = load_checkpoint(run / "checkpoint.pt")  # never torn: old or new, complete
         steps.append(state["global_step"])
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "orin_rl.cli",
-                "-q",
-                "train",
-                "--no-progress",
-                "--resume",
-                str(run),
-            ],
-            stderr=subprocess.PIPE,
-        )
+        proc = subprocess.Popen(resume(run), stderr=subprocess.PIPE)
         # resume continues from the checkpoint it loaded, never from before it
         wait_for(lambda s=steps[-1]: load_checkpoint(run / "checkpoint.pt")["global_step"] > s)
     # A kill in the middle of a write leaves save_checkpoint's temp file behind (rare at these
@@ -91,10 +67,7 @@ def test_sigkill_at_random_moments_always_leaves_a_loadable_checkpoint(tmp_path)
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=30)
     (run / ".checkpoint.pt.killed.tmp").write_bytes(b"half a checkpoint")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "orin_rl.cli", "-q", "train", "--no-progress", "--resume", str(run)],
-        stderr=subprocess.PIPE,
-    )
+    proc = subprocess.Popen(resume(run), stderr=subprocess.PIPE)
     last = load_checkpoint(run / "checkpoint.pt")["global_step"]
     wait_for(lambda: load_checkpoint(run / "checkpoint.pt")["global_step"] > last)
     proc.send_signal(signal.SIGTERM)
@@ -136,7 +109,7 @@ def test_full_disk_names_the_path_and_keeps_the_previous_checkpoint(tmp_path):
     # A file-size limit below one checkpoint: the next checkpoint write hits the "full disk".
     limit = len(before) // 2
     proc = subprocess.run(
-        [sys.executable, "-m", "orin_rl.cli", "-q", "train", "--no-progress", "--resume", str(run)],
+        resume(run),
         capture_output=True,
         text=True,
         preexec_fn=_limit_file_size(limit),
@@ -256,11 +229,7 @@ def test_resume_reproduces_the_uninterrupted_run_exactly(tmp_path, sig):
     proc.wait(timeout=60)
     stopped_at = load_checkpoint(run / "checkpoint.pt")["global_step"]
     assert 0 < stopped_at < 24 * 256
-    resumed = subprocess.run(
-        [sys.executable, "-m", "orin_rl.cli", "-q", "train", "--no-progress", "--resume", str(run)],
-        capture_output=True,
-        text=True,
-    )
+    resumed = subprocess.run(resume(run), capture_output=True, text=True)
     assert resumed.returncode == 0, resumed.stderr
     keys = (
         "global_step",

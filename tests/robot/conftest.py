@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -93,6 +95,17 @@ def tiny_g1_contract() -> dict:
                                 "ang_vel_z": [-0.5, 0.5]}},
         "robot": "unitree-g1", "motor_index": list(range(n)),
     }  # fmt: skip
+
+
+def run_g1(bundle: Path, domain: int, *flags: str, interface: str = "lo"):
+    """``orin-rl run --plant unitree-g1`` with ``bundle`` on DDS ``domain`` over ``interface``,
+    ``flags`` after: run to its end (two minutes at most), its output captured as text."""
+    return subprocess.run(
+        [sys.executable, "-m", "orin_rl.cli", "-q", "run", "--model", str(bundle),
+         "--plant", "unitree-g1", "--dds-domain", str(domain), "--dds-interface", interface,
+         *flags],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
 
 
 def linear_bundle(folder: Path, contract: dict, weight: float = 0.0, bias=None) -> Path:

@@ -7,14 +7,12 @@ runs it with a warning). Issue 51, item 1."""
 from __future__ import annotations
 
 import logging
-import subprocess
-import sys
 
 import pytest
 
 from orin_rl.robot import RobotError
 from orin_rl.robot.contract import DeployContract
-from tests.robot.conftest import REAL_G1, StandIn, linear_bundle, require_dds
+from tests.robot.conftest import REAL_G1, StandIn, linear_bundle, require_dds, run_g1
 
 
 def test_the_real_g1_contract_reads_only_what_a_g1_reports_and_mjlabs_g1_does_not(
@@ -70,12 +68,7 @@ def test_run_refuses_mjlabs_g1_on_a_real_g1_in_one_line(g1_contract, tmp_path):
     robot = StandIn(40, contract, mode_machine=5, sport=False)
     robot.start()
     try:
-        proc = subprocess.run(
-            [sys.executable, "-m", "orin_rl.cli", "-q", "run", "--model", str(bundle),
-             "--plant", "unitree-g1", "--dds-domain", "40", "--dds-interface", "lo",
-             "--steps", "5", "--report", str(report)],
-            capture_output=True, text=True, timeout=120,
-        )  # fmt: skip
+        proc = run_g1(bundle, 40, "--steps", "5", "--report", str(report))
     finally:
         robot.running = False
     assert proc.returncode == 2, proc.stderr[-2000:]

@@ -132,7 +132,7 @@ def test_a_tilted_twin_gives_the_safety_code_and_the_report(g1_model, g1_contrac
     import threading
 
     from orin_rl.robot.twin import RobotTwin
-    from tests.robot.conftest import linear_bundle
+    from tests.robot.conftest import linear_bundle, run_g1
 
     twin = RobotTwin("unitree-g1", domain=37, interface="lo", model=g1_model, tilt0=1.2)
     running = True
@@ -149,12 +149,7 @@ def test_a_tilted_twin_gives_the_safety_code_and_the_report(g1_model, g1_contrac
     bundle = linear_bundle(tmp_path / "bundle", g1_contract)
     report = tmp_path / "run.json"
     try:
-        proc = subprocess.run(
-            [sys.executable, "-m", "orin_rl.cli", "-q", "run", "--model", str(bundle),
-             "--plant", "unitree-g1", "--dds-domain", "37", "--dds-interface", "lo",
-             "--wait-s", "30", "--report", str(report)],
-            capture_output=True, text=True, timeout=120,
-        )  # fmt: skip
+        proc = run_g1(bundle, 37, "--wait-s", "30", "--report", str(report))
     finally:
         running = False
         stepper.join(timeout=5.0)

@@ -6,14 +6,12 @@ policy, a silent robot); the twin's stand-up and a killed twin are in test_deplo
 from __future__ import annotations
 
 import gc
-import subprocess
-import sys
 import time
 
 import numpy as np
 import pytest
 
-from tests.robot.conftest import StandIn, linear_bundle, require_dds
+from tests.robot.conftest import StandIn, linear_bundle, require_dds, run_g1
 
 require_dds()
 
@@ -59,11 +57,7 @@ def test_a_network_interface_that_is_not_there_is_one_line(tmp_path, g1_contract
     CycloneDDS printed its own line before ours (mutations: the RobotError wrapping removed;
     no interface check before CycloneDDS: its raw line comes back)."""
     bundle = linear_bundle(tmp_path / "bundle", g1_contract)
-    proc = subprocess.run(
-        [sys.executable, "-m", "orin_rl.cli", "-q", "run", "--model", str(bundle), "--plant",
-         "unitree-g1", "--dds-domain", "25", "--dds-interface", "nosuchif0", "--steps", "5"],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+    proc = run_g1(bundle, 25, "--steps", "5", interface="nosuchif0")
     assert proc.returncode == 2, proc.stderr[-2000:]
     lines = [x for x in proc.stderr.splitlines() if x.startswith("orin-rl run:")]
     assert len(lines) == 1 and "nosuchif0" in lines[0] and "Traceback" not in proc.stderr

@@ -17,19 +17,9 @@ import torch
 
 from orin_rl import config as C
 from orin_rl.runners import make_runner
+from tests.runners.conftest import SHORT_CPU_PPO
 
-SMALL = [
-    "env.env_id=CartPole-v1",
-    "env.num_envs=4",
-    "ppo.num_steps=16",
-    "ppo.num_epochs=1",
-    "ppo.num_minibatches=1",
-    "train.device=cpu",
-    "train.eval_every=0",
-    "train.eval_episodes=1",
-    "train.tensorboard=false",
-    "train.stop_at_threshold=false",
-]
+SMALL = ["env.env_id=CartPole-v1", "env.num_envs=4", *SHORT_CPU_PPO]
 
 
 def _runner(tmp_path, overlap: bool, iterations: int = 3, correction: str = "decoupled"):

@@ -15,20 +15,14 @@ import torch
 from orin_rl import config as C
 from orin_rl import envs
 from orin_rl.runners import make_runner
+from tests.runners.conftest import SHORT_CPU_PPO
 
 SMALL = [
     "env.num_envs=4",
     "env.vectorization=workers",
     "env.num_workers=2",
     "env.max_episode_steps=12",  # time-outs inside a rollout: bootstrap values
-    "ppo.num_steps=16",
-    "ppo.num_epochs=1",
-    "ppo.num_minibatches=1",
-    "train.device=cpu",
-    "train.eval_every=0",
-    "train.eval_episodes=1",
-    "train.tensorboard=false",
-    "train.stop_at_threshold=false",
+    *SHORT_CPU_PPO,
 ]
 
 

@@ -12,6 +12,7 @@ import time
 
 import gymnasium as gym
 import numpy as np
+from sb3_eval import evaluate
 from stable_baselines3 import DQN, SAC
 from stable_baselines3.common.callbacks import BaseCallback
 
@@ -21,19 +22,6 @@ SETUPS = {
     "dqn": {"env": "CartPole-v1", "threshold": 475.0, "total": 50_000, "every": 2_560,
             "episodes": 20},
 }  # fmt: skip
-
-
-def evaluate(model, env_id: str, episodes: int, seed: int) -> list[float]:
-    env = gym.make_vec(env_id, episodes, vectorization_mode="sync")
-    obs, _ = env.reset(seed=seed)
-    total, done = np.zeros(episodes), np.zeros(episodes, bool)
-    while not done.all():
-        action, _ = model.predict(obs, deterministic=True)
-        obs, reward, term, trunc, _ = env.step(action)
-        total += np.where(done, 0.0, reward)
-        done |= term | trunc
-    env.close()
-    return total.tolist()
 
 
 class EvalEvery(BaseCallback):

@@ -9,8 +9,8 @@ import argparse
 import json
 import time
 
-import gymnasium as gym
 import numpy as np
+from sb3_eval import evaluate
 from stable_baselines3 import PPO
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.env_util import make_vec_env
@@ -18,19 +18,6 @@ from stable_baselines3.common.env_util import make_vec_env
 
 def linear(start: float):
     return lambda progress_remaining: progress_remaining * start
-
-
-def evaluate(model, episodes: int, seed: int) -> list[float]:
-    env = gym.make_vec("CartPole-v1", episodes, vectorization_mode="sync")
-    obs, _ = env.reset(seed=seed)
-    total, done = np.zeros(episodes), np.zeros(episodes, bool)
-    while not done.all():
-        action, _ = model.predict(obs, deterministic=True)
-        obs, reward, term, trunc, _ = env.step(action)
-        total += np.where(done, 0.0, reward)
-        done |= term | trunc
-    env.close()
-    return total.tolist()
 
 
 class EvalEvery(BaseCallback):
@@ -45,7 +32,9 @@ class EvalEvery(BaseCallback):
     def _on_step(self) -> bool:
         if self.num_timesteps >= self.next_eval:
             self.next_eval += self.every
-            returns = evaluate(self.model, self.episodes, self.seed + 10_000 + self.num_timesteps)
+            returns = evaluate(
+                self.model, "CartPole-v1", self.episodes, self.seed + 10_000 + self.num_timesteps
+            )
             mean = float(np.mean(returns))
             self.evals.append(
                 (self.num_timesteps, round(time.perf_counter() - self.start, 3), mean)
@@ -82,7 +71,7 @@ def main() -> None:
     cb = EvalEvery(args.eval_every, 20, 475.0, train_start, args.seed)
     model.learn(args.total_steps, callback=cb)
     train_time = time.perf_counter() - train_start
-    final = evaluate(model, 20, args.seed + 2**30)
+    final = evaluate(model, "CartPole-v1", 20, args.seed + 2**30)
     print(
         json.dumps(
             {
