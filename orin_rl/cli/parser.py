@@ -1,7 +1,9 @@
-"""The ``orin-rl`` argument parser: every command's flags and help, in one place.
+"""The ``orin-rl`` argument parser: its commands, in --help's order, and their flags.
 
 Each command's code lives in its own module (``cli/train.py``, ``cli/run.py``, ...);
-``cli/app.py`` runs the one the parser picked. Torch-free, like all of ``orin_rl.cli``.
+``cli/app.py`` runs the one the parser picked. Here: the flags of export, build, run, eval,
+bench, doctor, demo and envs; train's are in ``cli/parser_train.py``, the robot commands' in
+``cli/robot_args.py``. Torch-free, like all of ``orin_rl.cli``.
 """
 
 from __future__ import annotations
@@ -14,15 +16,15 @@ from orin_rl.cli.argtypes import (
     _FINITE,
     _NON_NEGATIVE,
     _NON_NEGATIVE_INT,
-    _POSITIVE,
     _POSITIVE_INT,
     _batch_or_dynamic,
     _batch_sizes,
     _DefaultsHelpFormatter,
     _int_type,
     _Parser,
-    _train_default,
 )
+from orin_rl.cli.parser_common import ENV_KWARGS_HELP, _on_off_flags
+from orin_rl.cli.parser_train import train_flags
 from orin_rl.cli.robot_args import ROBOT_COMMANDS, robot_run_flags
 
 DESCRIPTION = """\
@@ -38,10 +40,6 @@ a first session:
   orin-rl run --model runs/mine/bundle --rate 1000 --steps 10000
 
 'orin-rl COMMAND --help' describes a command and its options."""
-ENV_KWARGS_HELP = (
-    "JSON object of keyword arguments for the environment's constructor, e.g. "
-    """'{"size": 8}' (config env.kwargs)"""
-)
 
 
 def _add_backend_options(p: argparse.ArgumentParser) -> None:
@@ -71,144 +69,22 @@ def _add_backend_options(p: argparse.ArgumentParser) -> None:
     )
 
 
-def train_flags(p: argparse.ArgumentParser) -> None:
-    """The flags of `orin-rl train`."""
+def _env_override_flags(p: argparse.ArgumentParser, trained: str) -> None:
+    """Add run's and eval's ``--env`` and ``--env-kwargs`` (default: what ``trained`` used)."""
+    p.add_argument("--env", help=f"gymnasium id (default: the one {trained} was trained on)")
+    p.add_argument("--env-kwargs", metavar="JSON", help=ENV_KWARGS_HELP + "; default: training's")
+
+
+def _inference_flags(p: argparse.ArgumentParser, backend: str, precision: str, device: str) -> None:
+    """Add run's and eval's ``--backend`` (auto: ``backend``), ``--precision`` and ``--device``."""
     p.add_argument(
-        "--env",
-        help="gymnasium id, e.g. CartPole-v1 (default), or module:EnvId for your own "
-        "(module registers EnvId with gymnasium.register; docs/custom_env.md)",
+        "--backend",
+        default="auto",
+        choices=["auto", "onnxruntime", "tensorrt", "torch"],
+        help=f"inference backend (auto: {backend})",
     )
-    p.add_argument("--env-kwargs", metavar="JSON", help=ENV_KWARGS_HELP + "; default: none")
-    p.add_argument(
-        "--algo",
-        choices=["ppo", "sac", "dqn"],
-        help="ppo (default), sac (continuous actions) or dqn (discrete), on a replay buffer",
-    )
-    p.add_argument(
-        "--num-envs",
-        type=_POSITIVE_INT,
-        help=f"parallel environments {_train_default('env.num_envs', preset=True)}",
-    )
-    p.add_argument(
-        "--vectorization",
-        choices=["sync", "async", "workers"],
-        help=f"gymnasium vectorisation (workers act too) {_train_default('env.vectorization')}",
-    )
-    p.add_argument(
-        "--env-backend",
-        choices=env_backends.names(),
-        help="gym: gymnasium.vector on the CPU; gpu: GPU-native torch envs on the learner "
-        "device (default: gym; mjlab for Mjlab- and Orin-Velocity- ids)",
-    )
-    p.add_argument(
-        "--precision",
-        choices=["fp32", "fp16", "bf16"],
-        help=f"mixed precision (autocast) {_train_default('train.precision')}",
-    )
-    p.add_argument(
-        "--cuda-graphs",
-        action="store_true",
-        default=None,
-        help="capture each iteration in one CUDA graph (--env-backend gpu on CUDA); with envs "
-        "stepping on the host, the policy's act each env step",
-    )
-    flags = {  # on/off flags: (name, help)
-        "--compile": "torch.compile networks and envs",
-        "--overlap": "PPO on CPU physics: collect the next rollout while the learner updates",
-        "--nvtx": "NVTX ranges for Nsight Systems",
-    }
-    for name, help_line in flags.items():
-        p.add_argument(name, action="store_true", default=None, help=help_line)
-    p.add_argument(
-        "--num-agents",
-        type=_POSITIVE_INT,
-        metavar="K",
-        help="train K independent agents in one batched program (seeds / sweeps) "
-        + _train_default("train.num_agents"),
-    )
-    p.add_argument(
-        "--online",
-        action="store_true",
-        default=None,
-        help="learn while acting: a real-time actor drives the plant at --control-rate while "
-        "the learner (--algo sac, or dqn for discrete actions) trains beside it "
-        "(see docs/online.md)",
-    )
-    p.add_argument(
-        "--control-rate",
-        type=_POSITIVE,
-        metavar="HZ",
-        help=f"the online actor's rate {_train_default('online.control_rate_hz')}",
-    )
-    p.add_argument(
-        "--utd",
-        type=_POSITIVE,
-        metavar="RATIO",
-        help="online: gradient steps per env step the learner aims at "
-        + _train_default("online.update_to_data"),
-    )
-    p.add_argument(
-        "--plant",
-        metavar="SPEC",
-        help="online: gym (the env in real time, default), udp://HOST:PORT or module:factory",
-    )
-    p.add_argument(
-        "--total-steps",
-        type=_POSITIVE_INT,
-        help="environment steps to train for " + _train_default("train.total_steps", preset=True),
-    )
-    p.add_argument(
-        "--device",
-        choices=["auto", "cpu", "cuda"],
-        help=f"learner device (auto: cuda where torch sees a GPU) {_train_default('train.device')}",
-    )
-    p.add_argument(
-        "--seed",
-        type=_NON_NEGATIVE_INT,
-        help=f"random seed {_train_default('train.seed', preset=True)}",
-    )
-    p.add_argument(
-        "--buffer-placement",
-        choices=["auto", "host", "device", "pinned", "managed"],
-        help=f"rollout buffer memory {_train_default('buffer.placement')}",
-    )
-    p.add_argument("--out", type=Path, help="run folder (default: runs/ENV-TIMESTAMP)")
-    p.add_argument("--config", type=Path, help="YAML config file (default: none)")
-    p.add_argument(
-        "--resume", type=Path, metavar="DIR", help="continue the run in DIR (default: a new run)"
-    )
-    p.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="SECTION.FIELD=VALUE",
-        help="override any config field, e.g. --set ppo.learning_rate=3e-4 (repeatable)",
-    )
-    p.add_argument(
-        "--nproc",
-        type=int,  # cli/train.py checks N >= 1
-        metavar="N",
-        help="train with N processes on torch.distributed (one per GPU with NCCL, gloo on "
-        "the CPU), launched through torchrun (default: 1, this process)",
-    )
-    p.add_argument("--overwrite", action="store_true", help="replace an existing run folder")
-    p.add_argument(
-        "--no-progress",
-        action="store_true",
-        help="no progress bar (where the output is not a terminal, training logs plain "
-        "progress lines instead of a bar; -q hides both)",
-    )
-    p.add_argument(
-        "--print-config",
-        action="store_true",
-        help="print the config as YAML, each field's description as a comment, and exit",
-    )
-    p.add_argument(
-        "--no-preset",
-        action="store_true",
-        help="start from the dataclass defaults, not the environment's preset "
-        "(orin_rl/config/presets.py)",
-    )
+    p.add_argument("--precision", choices=["fp32", "fp16", "int8"], help=precision)
+    p.add_argument("--device", default="cpu", help=device)
 
 
 def _export_flags(p: argparse.ArgumentParser) -> None:
@@ -223,9 +99,14 @@ def _export_flags(p: argparse.ArgumentParser) -> None:
         default="dynamic",
         help="'dynamic' or a fixed batch size",
     )
-    p.add_argument("--fp16", action="store_true", help="fp16 weights and maths (fp32 I/O)")
-    p.add_argument("--int8", action="store_true", help="also write a Q/DQ int8 model")
-    p.add_argument("--no-clip", action="store_true", help="do not clip continuous actions")
+    _on_off_flags(
+        p,
+        {
+            "--fp16": "fp16 weights and maths (fp32 I/O)",
+            "--int8": "also write a Q/DQ int8 model",
+            "--no-clip": "do not clip continuous actions",
+        },
+    )
 
 
 def _build_flags(p: argparse.ArgumentParser) -> None:
@@ -296,22 +177,14 @@ def _run_flags(p: argparse.ArgumentParser) -> None:
         type=Path,
         help="bundle, engine, run folder, or one .onnx file of a bundle (policy.int8.onnx)",
     )
-    p.add_argument(
-        "--backend",
-        default="auto",
-        choices=["auto", "onnxruntime", "tensorrt", "torch"],
-        help="inference backend (auto: times those the model and machine allow, keeps the "
-        "lowest p99)",
+    _inference_flags(
+        p,
+        backend="times those the model and machine allow, keeps the lowest p99",
+        precision="run the bundle's model of this precision on ONNX Runtime (int8: "
+        "policy.int8.onnx from orin-rl export --int8; default: the bundle's policy.onnx)",
+        device="cpu or cuda",
     )
-    p.add_argument(
-        "--precision",
-        choices=["fp32", "fp16", "int8"],
-        help="run the bundle's model of this precision on ONNX Runtime (int8: policy.int8.onnx "
-        "from orin-rl export --int8; default: the bundle's policy.onnx)",
-    )
-    p.add_argument("--device", default="cpu", help="cpu or cuda")
-    p.add_argument("--env", help="gymnasium id (default: the one the bundle was trained on)")
-    p.add_argument("--env-kwargs", metavar="JSON", help=ENV_KWARGS_HELP + "; default: training's")
+    _env_override_flags(p, "the bundle")
     p.add_argument(
         "--rate",
         type=_FINITE,  # cli/run.py checks the sign, as it does --steps >= 1
@@ -327,9 +200,7 @@ def _run_flags(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--report", type=Path, help="write the JSON report here (default: not written)")
     p.add_argument(
-        "--histogram",
-        type=Path,
-        help="write a latency histogram PNG here (default: not drawn)",
+        "--histogram", type=Path, help="write a latency histogram PNG here (default: not drawn)"
     )
     p.add_argument(
         "--cpu", type=_NON_NEGATIVE_INT, help="pin the loop to this CPU (default: not pinned)"
@@ -340,11 +211,12 @@ def _run_flags(p: argparse.ArgumentParser) -> None:
         metavar="PRIO",
         help="SCHED_FIFO priority 1-99 (needs root; default: the normal scheduler)",
     )
-    p.add_argument(
-        "--mlock", action="store_true", help="lock the process's memory (no page faults in a tick)"
-    )
-    p.add_argument(
-        "--safe-on-overrun", action="store_true", help="actuate the safe action on overrun"
+    _on_off_flags(
+        p,
+        {
+            "--mlock": "lock the process's memory (no page faults in a tick)",
+            "--safe-on-overrun": "actuate the safe action on overrun",
+        },
     )
     robot_run_flags(p)
     _add_backend_options(p)
@@ -367,27 +239,22 @@ def _eval_flags(p: argparse.ArgumentParser) -> None:
         metavar="S",
         help="episode i starts from seed S + i",
     )
-    p.add_argument("--env", help="gymnasium id (default: the one the policy was trained on)")
-    p.add_argument("--env-kwargs", metavar="JSON", help=ENV_KWARGS_HELP + "; default: training's")
-    p.add_argument(
-        "--backend",
-        default="auto",
-        choices=["auto", "onnxruntime", "tensorrt", "torch"],
-        help="inference backend (auto: the lowest p99 of those available)",
-    )
-    p.add_argument(
-        "--precision",
-        choices=["fp32", "fp16", "int8"],
-        help="evaluate the bundle's model of this precision on ONNX Runtime (int8: Q/DQ; "
+    _env_override_flags(p, "the policy")
+    _inference_flags(
+        p,
+        backend="the lowest p99 of those available",
+        precision="evaluate the bundle's model of this precision on ONNX Runtime (int8: Q/DQ; "
         "default: the bundle's policy.onnx)",
+        device="inference device: cpu or cuda",
     )
-    p.add_argument("--device", default="cpu", help="inference device: cpu or cuda")
-    p.add_argument(
-        "--stochastic",
-        action="store_true",
-        help="sample actions from the policy's distribution (run folders: needs checkpoint.pt)",
+    _on_off_flags(
+        p,
+        {
+            "--stochastic": "sample actions from the policy's distribution (run folders: needs "
+            "checkpoint.pt)",
+            "--render": "show the episodes in a window",
+        },
     )
-    p.add_argument("--render", action="store_true", help="show the episodes in a window")
     p.add_argument(
         "--video",
         type=Path,
@@ -436,8 +303,13 @@ def _bench_flags(p: argparse.ArgumentParser) -> None:
 
 def _doctor_flags(p: argparse.ArgumentParser) -> None:
     """The flags of `orin-rl doctor`."""
-    p.add_argument("--json", action="store_true", help="machine-readable output")
-    p.add_argument("--selftest", action="store_true", help="build and run tiny TensorRT engines")
+    _on_off_flags(
+        p,
+        {
+            "--json": "machine-readable output",
+            "--selftest": "build and run tiny TensorRT engines",
+        },
+    )
     p.add_argument(
         "--warm",
         nargs="*",

@@ -13,7 +13,8 @@ Three threads share one process:
   learner's kernels), runs SAC (or DQN) gradient steps up to ``online.update_to_data`` per env
   step,
   evaluates, checkpoints, and every ``online.weight_sync_every`` env steps publishes a fresh
-  copy of the actor network;
+  copy of the actor network (``runners/online_learner.py``; the actor is in
+  ``runners/online_actor.py``);
 - the **supervisor** (the calling thread) handles signals and the stop file, and is the
   watchdog: an actor whose tick has not finished for ``online.watchdog_periods`` periods gets
   the safe action sent to the plant in its place.
@@ -36,11 +37,10 @@ import copy
 import importlib
 import logging
 import signal
-import statistics
 import sys
 import threading
 import time
-from collections import deque
+from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
@@ -52,6 +52,7 @@ from orin_rl import jetson
 from orin_rl.runners.logger import MetricsLogger
 from orin_rl.runners.off_policy import OffPolicyRunner
 from orin_rl.runners.online_actor import Actor, WeightMailbox
+from orin_rl.runners.online_learner import OnlineLearner
 from orin_rl.runners.plant import GymPlant, OnlineError, Plant
 from orin_rl.runners.signals import StopRequest
 
@@ -85,7 +86,7 @@ def make_plant(spec: str, env_id: str, env_config: dict[str, Any] | None = None)
     return plant
 
 
-class OnlineRunner(OffPolicyRunner):
+class OnlineRunner(OnlineLearner, OffPolicyRunner):
     """``train --online``: the runners' run folder, checkpoints, evaluation and summary around a
     real-time actor and a concurrent learner (SAC, or DQN for discrete actions)."""
 
@@ -150,22 +151,10 @@ class OnlineRunner(OffPolicyRunner):
 
     # ------------------------------------------------------------------------ the run
     def learn(self) -> dict[str, Any]:
+        """Run the actor and the learner beside the supervisor until a stop; save and summarise."""
         cfg = self.cfg
         ocfg = cfg.online
-        env_config = {
-            "max_episode_steps": cfg.env.max_episode_steps,
-            "kwargs": cfg.env.kwargs,
-            "wrappers": (
-                cfg.env.wrappers if cfg.env.train_wrappers is None else cfg.env.train_wrappers
-            ),
-        }
-        plant = make_plant(ocfg.plant, cfg.env.env_id, env_config)
-        try:
-            self._check_plant(plant)
-            actor = self._actor = Actor(self, plant)
-        except BaseException:
-            plant.close()
-            raise
+        plant, actor = self._open_plant()
         self._warm_up(actor)
         logger = MetricsLogger(self.run_dir, cfg.train.tensorboard)
         self.monitor = jetson.start_monitor(cfg.train.power_monitor)
@@ -188,8 +177,6 @@ class OnlineRunner(OffPolicyRunner):
             disable=self.progress != "bar",
             desc=f"{cfg.env.env_id} online {ocfg.control_rate_hz:g} Hz",
         )
-        period_ns = 1e9 / ocfg.control_rate_hz
-        stop_reason = "total_steps"
         shown = self.global_step
         last_line = time.perf_counter()
         try:
@@ -197,42 +184,9 @@ class OnlineRunner(OffPolicyRunner):
                 learner.start()
                 actor.heartbeat_ns = time.monotonic_ns()  # the warm-up is not a stall
                 actor_thread.start()
-                while True:  # the supervisor
-                    time.sleep(min(0.01, period_ns / 2e9))
-                    if (
-                        ocfg.watchdog_periods
-                        and not actor.resetting
-                        and time.monotonic_ns() - actor.heartbeat_ns
-                        > ocfg.watchdog_periods * period_ns
-                        and not self.stop.is_set()
-                        and self._watchdog(plant, actor)
-                    ):
-                        continue
-                    if self.global_step > shown:
-                        bar.update(self.global_step - shown)
-                        shown = self.global_step
-                    if self.progress == "lines" and time.perf_counter() - last_line >= 10:
-                        last_line = time.perf_counter()
-                        log.info(
-                            "%s online: step %d / %d, %d ticks, %d deadline misses, %d updates",
-                            cfg.env.env_id, self.global_step, cfg.train.total_steps,
-                            actor.ticks, actor.deadline_misses, self.algo.grad_steps,
-                        )  # fmt: skip
-                    if signals.signum is not None:
-                        stop_reason = signal.Signals(signals.signum).name
-                        break
-                    if stop_file.exists():
-                        stop_reason = "stop_file"
-                        break
-                    if actor.error is not None or self.learner_error is not None:
-                        stop_reason = "error"
-                        break
-                    if self.stop.is_set():  # the learner's own reason
-                        stop_reason = self._learner_reason
-                        break
-                    if not actor_thread.is_alive():
-                        stop_reason = "error"
-                        break
+                stop_reason = self._supervise(
+                    plant, actor_thread, signals, stop_file, bar, shown, last_line
+                )
         except BaseException:
             if self.monitor is not None:  # a second Ctrl-C: no tegrastats process left behind
                 self.monitor.stop()
@@ -255,6 +209,86 @@ class OnlineRunner(OffPolicyRunner):
                 f"online run: {', '.join(stuck)} did not stop (a plant call or a gradient step "
                 f"that never returns); the last periodic checkpoint in {self.run_dir} is kept"
             )
+        return self._wrap_up(stop_reason, stop_file, start, start_step)
+
+    def _open_plant(self) -> tuple[Plant, Actor]:
+        """Make the plant (online.plant), check it against the policy and give it an actor."""
+        cfg = self.cfg
+        env_config = {
+            "max_episode_steps": cfg.env.max_episode_steps,
+            "kwargs": cfg.env.kwargs,
+            "wrappers": (
+                cfg.env.wrappers if cfg.env.train_wrappers is None else cfg.env.train_wrappers
+            ),
+        }
+        plant = make_plant(cfg.online.plant, cfg.env.env_id, env_config)
+        try:
+            self._check_plant(plant)
+            actor = self._actor = Actor(self, plant)
+        except BaseException:
+            plant.close()
+            raise
+        return plant, actor
+
+    def _supervise(
+        self,
+        plant: Plant,
+        actor_thread: threading.Thread,
+        signals: StopRequest,
+        stop_file: Path,
+        bar: tqdm,
+        shown: int,
+        last_line: float,
+    ) -> str:
+        """The supervisor: watch the actor, show progress, and return why the run stops."""
+        cfg, ocfg, actor = self.cfg, self.cfg.online, self._actor
+        period_ns = 1e9 / ocfg.control_rate_hz
+        while True:
+            time.sleep(min(0.01, period_ns / 2e9))
+            if (
+                ocfg.watchdog_periods
+                and not actor.resetting
+                and time.monotonic_ns() - actor.heartbeat_ns > ocfg.watchdog_periods * period_ns
+                and not self.stop.is_set()
+                and self._watchdog(plant, actor)
+            ):
+                continue
+            if self.global_step > shown:
+                bar.update(self.global_step - shown)
+                shown = self.global_step
+            if self.progress == "lines" and time.perf_counter() - last_line >= 10:
+                last_line = time.perf_counter()
+                log.info(
+                    "%s online: step %d / %d, %d ticks, %d deadline misses, %d updates",
+                    cfg.env.env_id, self.global_step, cfg.train.total_steps,
+                    actor.ticks, actor.deadline_misses, self.algo.grad_steps,
+                )  # fmt: skip
+            reason = self._stop_reason(signals, stop_file, actor_thread)
+            if reason is not None:
+                return reason
+
+    def _stop_reason(
+        self, signals: StopRequest, stop_file: Path, actor_thread: threading.Thread
+    ) -> str | None:
+        """Why the run stops now (a signal, the stop file, an error, the learner), else None."""
+        actor = self._actor
+        if signals.signum is not None:
+            return signal.Signals(signals.signum).name
+        if stop_file.exists():
+            return "stop_file"
+        if actor.error is not None or self.learner_error is not None:
+            return "error"
+        if self.stop.is_set():  # the learner's own reason
+            return self._learner_reason
+        if not actor_thread.is_alive():
+            return "error"
+        return None
+
+    def _wrap_up(
+        self, stop_reason: str, stop_file: Path, start: float, start_step: int
+    ) -> dict[str, Any]:
+        """The last transitions, the final checkpoint, then a thread's error or the summary."""
+        actor = self._actor
         self._drain()  # what the actor queued after the learner's last drain
         self.global_step = self.algo.env_steps
         elapsed = self.time_offset + time.perf_counter() - start
@@ -334,154 +368,6 @@ class OnlineRunner(OffPolicyRunner):
             log.error("watchdog: the plant's send() is blocked; the safe action was not sent")
         return True
 
-    # ---------------------------------------------------------------------- the learner
-    _learner_reason = "total_steps"
-
-    def _learner(self, logger: MetricsLogger, start: float) -> None:
-        try:
-            self._learner_loop(logger, start)
-        except BaseException as exc:
-            self.learner_error = exc
-            self.stop.set()
-
-    def _drain(self, force: bool = True) -> int:
-        """Move the actor's finished transitions into the replay buffer (one insert).
-
-        ``force=False`` (the learner loop) waits until ``DRAIN_BATCH`` transitions are queued
-        or ``DRAIN_EVERY_S`` has passed: an insert costs the same for one transition as for
-        sixteen. For storage on a GPU the batch is staged in page-locked memory, so its copy
-        is asynchronous: from pageable memory it would first wait for every queued update."""
-        actor, algo = self._actor, self.algo
-        n = len(actor.queue)
-        now = time.perf_counter()
-        if not n or (not force and n < DRAIN_BATCH and now - self._last_drain < DRAIN_EVERY_S):
-            return 0
-        self._last_drain = now
-        items = [actor.queue.popleft() for _ in range(n)]
-        obs, actions, rewards, next_obs, terminated = zip(*items, strict=True)
-        batch = {
-            "obs": torch.from_numpy(np.stack(obs)),
-            "actions": torch.from_numpy(np.stack(actions)),
-            "rewards": torch.tensor(rewards),
-            "next_obs": torch.from_numpy(np.stack(next_obs)),
-            "terminated": torch.tensor(terminated),
-            "discounts": torch.full((n,), self.algo_cfg.gamma),
-        }
-        # In the buffer's dtypes here, so a GPU buffer's copy from pinned memory stays async.
-        pin = algo.replay.storage_device.type == "cuda"
-        for key, value in batch.items():
-            value = value.to(algo.replay.specs[key].dtype)
-            batch[key] = value.pin_memory() if pin else value
-        algo.replay.add(batch)
-        algo.env_steps += n
-        return n
-
-    def _learner_loop(self, logger: MetricsLogger, start: float) -> None:
-        cfg, algo = self.cfg, self.algo
-        ocfg, scfg, tcfg = cfg.online, self.algo_cfg, cfg.train
-        last_sync = last_eval = algo.env_steps
-        # train.eval_every counts iterations, as offline: an iteration is the env steps between
-        # two rounds of updates there (sac: train_freq 1, so one; the DQN presets: 256).
-        eval_every = tcfg.eval_every * self.iteration_steps
-        last_log = last_ckpt = time.perf_counter()
-        losses_sum: torch.Tensor | None = None
-        losses_n = 0
-        self.updates_this_process = 0
-        # Where the learner's wall time goes, by phase (host time: a phase that waits on the
-        # GPU, such as the first copy after a graph replay, carries that wait).
-        phase = self.learner_phase_s = dict.fromkeys(LEARNER_PHASES, 0.0)
-        clock = time.perf_counter
-        eval_before = self.eval_time_s  # periodic and verdict evaluations count it
-        self._last_drain = 0.0
-        # Updates in flight on a GPU: the loop waits for the one before last before it queues
-        # another, so the actor's weights never lag far behind the updates counted.
-        in_flight: deque[torch.cuda.Event] = deque()
-        cuda = self.device.type == "cuda"
-        # The phases partition the loop's time: "other" runs from one iteration's last clock
-        # reading to the next one's first (the stop check between them included).
-        loop_start = last = clock()
-        while not self.stop.is_set():
-            t0 = clock()
-            phase["other"] += t0 - last
-            self._drain(force=False)
-            t1 = clock()
-            phase["drain"] += t1 - t0
-            steps = algo.env_steps
-            self.global_step = steps
-            learning = steps >= scfg.learning_starts and len(algo.replay) >= scfg.batch_size
-            due = learning and algo.grad_steps < ocfg.update_to_data * (
-                steps - scfg.learning_starts + 1
-            )
-            self._pending_due = due
-            if due:
-                # --cuda-graphs: the step replayed from a graph (SAC on CUDA; the batch is
-                # sampled eagerly into its inputs); an eager SAC step on a GPU is hundreds of
-                # small launches from this thread.
-                if len(in_flight) >= 2:
-                    in_flight.popleft().synchronize()
-                losses = algo.gradient_step()
-                if cuda:
-                    in_flight.append(torch.cuda.Event())
-                    in_flight[-1].record(torch.cuda.current_stream(self.device))
-                losses_sum = losses if losses_sum is None else losses_sum + losses
-                losses_n += 1
-                algo.grad_steps += 1
-                self.updates_this_process += 1
-                t3 = clock()
-                phase["update"] += t3 - t1
-            else:
-                time.sleep(0.0005)  # waiting for data: let the actor have the core
-                t3 = clock()
-                phase["wait_for_data"] += t3 - t1
-            self.learner_heartbeat = time.monotonic()
-            if steps - last_sync >= ocfg.weight_sync_every and algo.grad_steps:
-                self.mailbox.publish(algo.policy.actor)
-                self.weight_swaps_published += 1
-                last_sync = steps
-            t4 = clock()
-            phase["publish"] += t4 - t3
-            algo.iteration = steps
-            now = time.perf_counter()
-            elapsed = self.time_offset + now - start
-            record: dict[str, Any] | None = None
-            if now - last_log >= ocfg.log_every_s:
-                last_log = now
-                record = self._record(steps, elapsed, start, losses_sum, losses_n)
-                losses_sum, losses_n = None, 0
-            # Evaluation and checkpoints are the learner's own work, not a stall.
-            self._pending_due = False
-            if eval_every and steps - last_eval >= eval_every:
-                last_eval = steps
-                record = record or self._record(steps, elapsed, start, None, 0)
-                # seeds by evaluation count: they never reach the verdict's
-                self._periodic_eval(record, elapsed, index=steps // eval_every)
-            if record is not None:
-                logger.log(record)
-            if now - last_ckpt >= ocfg.checkpoint_every_s:
-                last_ckpt = now
-                self._save(elapsed)
-            if steps >= tcfg.total_steps:
-                self._learner_reason = "total_steps"
-                self.stop.set()
-            elif (
-                tcfg.stop_at_threshold
-                and self.solved_streak >= tcfg.solved_patience
-                and self._verdict_passes()
-            ):
-                self._learner_reason = "solved"
-                self.stop.set()
-            elif tcfg.max_wall_s is not None and time.perf_counter() - start >= tcfg.max_wall_s:
-                self._learner_reason = "max_wall_s"
-                self.stop.set()
-            self.learner_heartbeat = time.monotonic()
-            last = clock()
-            phase["other"] += last - t4
-        self.learner_loop_s = last - loop_start  # what the phases add up to
-        phase["evaluate"] = self.eval_time_s - eval_before
-        phase["other"] -= phase["evaluate"]
-        # the supervisor stopped us, or we stopped: last transitions into the buffer
-        self._drain()
-
     def _evaluate(self, seed_offset: int, policy=None, device=None, watch=None) -> list[float]:
         """With the learner on a GPU, the evaluation episodes run a host copy of its policy:
         one small forward per env step on the GPU would cost a launch and a synchronisation
@@ -497,28 +383,6 @@ class OnlineRunner(OffPolicyRunner):
     def _restore(self, state: dict[str, Any]) -> None:
         super()._restore(state)
         self._base_episodes = int(state.get("online_episodes", 0))
-
-    def _record(self, steps, elapsed, start, losses_sum, losses_n) -> dict[str, Any]:
-        actor = self._actor
-        record: dict[str, Any] = {
-            "global_step": steps,
-            "iteration": steps,
-            "time_s": round(elapsed, 3),
-            "steps_per_s": (steps - self._base_steps) / max(time.perf_counter() - start, 1e-9),
-            "online/gradient_steps": self.algo.grad_steps,
-            "online/updates_per_env_step": self.algo.grad_steps
-            / max(steps - self.algo_cfg.learning_starts, 1),
-            "online/deadline_misses": actor.deadline_misses,
-            "online/weight_swaps": actor.weight_swaps,
-        }
-        if losses_n:
-            means = (losses_sum / losses_n).tolist()
-            record.update({f"losses/{k}": v for k, v in zip(self.algo.loss_names, means,
-                                                                strict=True)})  # fmt: skip
-        returns = list(actor.episode_returns)[-100:]
-        if returns:
-            record["charts/episode_return_mean"] = statistics.fmean(returns)
-        return record
 
     def _summary_extra(self, session_time: float) -> dict[str, Any]:
         """summary.json's ``online`` section: the actor's ticks and deadlines, the learner's
@@ -552,16 +416,5 @@ class OnlineRunner(OffPolicyRunner):
             }
         }
 
-
-DRAIN_BATCH = 16
-"""The learner moves the actor's transitions into the buffer once this many are queued..."""
-DRAIN_EVERY_S = 0.01
-"""...or once this long has passed since the last move."""
-
-LEARNER_PHASES = ("drain", "update", "wait_for_data", "publish", "evaluate", "other")
-"""The learner loop's phases, timed into summary.json's ``online.learner_phase_s``: moving the
-actor's transitions into the replay buffer, a gradient step (its sampling included), sleeping
-until the data allow the next update, publishing weights to the actor, the periodic
-evaluation, and the rest (logging, checkpoints, the stop checks)."""
 
 __all__ = ["OnlineRunner"]

@@ -18,7 +18,7 @@ from orin_rl import config as config_mod
 from orin_rl.algorithms.sac import SAC, QNetwork, squashed_gaussian
 from orin_rl.checkpoint import load_checkpoint
 from orin_rl.config import Config, ConfigError
-from orin_rl.runners import online, online_actor, run_folder, train, verdict
+from orin_rl.runners import online, online_actor, online_learner, run_folder, train, verdict
 from orin_rl.runners.logger import read_metrics
 from orin_rl.runners.online import OnlineRunner as OnlineTrainer
 from orin_rl.runners.online_actor import NumpyMLP, WeightMailbox, squashed_gaussian_np
@@ -245,7 +245,7 @@ def test_online_run_learns_from_every_tick_and_reports(tmp_path, monkeypatch):
     assert set(on["latency_us"]) == {"p50", "p99", "max"}
     # the learner's time by phase: every phase it went through, adding up to its wall time
     phases = on["learner_phase_s"]
-    assert set(phases) == set(online.LEARNER_PHASES)
+    assert set(phases) == set(online_learner.LEARNER_PHASES)
     assert min(phases["drain"], phases["update"], phases["publish"], phases["evaluate"]) > 0
     learner_evals = summary["eval_time_s"] - summary["final_eval_time_s"]  # the periodic ones
     assert phases["evaluate"] == pytest.approx(learner_evals, abs=2e-3)
@@ -529,18 +529,18 @@ def test_the_learner_moves_transitions_in_batches_and_all_at_the_end(tmp_path, m
     transition = (np.zeros(3, np.float32), np.zeros(1, np.float32), 0.0,
                   np.zeros(3, np.float32), 0.0)  # fmt: skip
     queue = trainer._actor.queue
-    monkeypatch.setattr(online, "DRAIN_EVERY_S", 3600.0)  # no timing window on a busy box
-    queue.extend([transition] * (online.DRAIN_BATCH - 1))
+    monkeypatch.setattr(online_learner, "DRAIN_EVERY_S", 3600.0)  # no timing window on a busy box
+    queue.extend([transition] * (online_learner.DRAIN_BATCH - 1))
     trainer._last_drain = time.perf_counter()
-    assert trainer._drain(force=False) == 0 and len(queue) == online.DRAIN_BATCH - 1
+    assert trainer._drain(force=False) == 0 and len(queue) == online_learner.DRAIN_BATCH - 1
     queue.append(transition)
-    assert trainer._drain(force=False) == online.DRAIN_BATCH and not queue
+    assert trainer._drain(force=False) == online_learner.DRAIN_BATCH and not queue
     queue.append(transition)
     trainer._last_drain = time.perf_counter() - 3601.0  # the interval has passed
     assert trainer._drain(force=False) == 1
     queue.append(transition)
     assert trainer._drain(force=False) == 0 and trainer._drain() == 1
-    assert len(trainer.algo.replay) == stored + online.DRAIN_BATCH + 2
+    assert len(trainer.algo.replay) == stored + online_learner.DRAIN_BATCH + 2
 
 
 def test_a_gpu_learner_evaluates_a_host_copy_of_its_policy(tmp_path, monkeypatch):
