@@ -41,15 +41,10 @@ def row_launch(rows: int, cols: int) -> tuple[tuple[int, int], tuple[int, int]]:
 # One thread per environment walks time backwards; the recursion is sequential in t.
 
 
-@cuda.jit
-def gae_cuda(rewards, values, next_values, terminated, episode_end, gamma, lam, advantages):
-    """GAE over (num_steps, num_envs) arrays, one thread per env, written into ``advantages``."""
-    env = cuda.grid(1)
-    num_steps, num_envs = rewards.shape
-    if env >= num_envs:
-        return
+def _gae_env(rewards, values, next_values, terminated, episode_end, gamma, lam, advantages, env):
+    """GAE of environment ``env`` (a column of the arrays), backwards in time."""
     last = 0.0
-    for t in range(num_steps - 1, -1, -1):
+    for t in range(rewards.shape[0] - 1, -1, -1):
         bootstrap = 0.0 if terminated[t, env] else gamma * next_values[t, env]
         delta = rewards[t, env] + bootstrap - values[t, env]
         carry = 0.0 if episode_end[t, env] else gamma * lam * last
@@ -57,18 +52,27 @@ def gae_cuda(rewards, values, next_values, terminated, episode_end, gamma, lam, 
         advantages[t, env] = last
 
 
+_gae_env_cuda = cuda.jit(device=True)(_gae_env)
+_gae_env_cpu = numba.njit(cache=True, nogil=True)(_gae_env)
+
+
+@cuda.jit
+def gae_cuda(rewards, values, next_values, terminated, episode_end, gamma, lam, advantages):
+    """GAE over (num_steps, num_envs) arrays, one thread per env, written into ``advantages``."""
+    env = cuda.grid(1)
+    if env < rewards.shape[1]:
+        _gae_env_cuda(
+            rewards, values, next_values, terminated, episode_end, gamma, lam, advantages, env
+        )
+
+
 @numba.njit(cache=True, nogil=True)
 def gae_cpu(rewards, values, next_values, terminated, episode_end, gamma, lam, advantages):
     """CPU twin of ``gae_cuda`` (same arguments, same arithmetic order)."""
-    num_steps, num_envs = rewards.shape
-    for env in range(num_envs):
-        last = 0.0
-        for t in range(num_steps - 1, -1, -1):
-            bootstrap = 0.0 if terminated[t, env] else gamma * next_values[t, env]
-            delta = rewards[t, env] + bootstrap - values[t, env]
-            carry = 0.0 if episode_end[t, env] else gamma * lam * last
-            last = delta + carry
-            advantages[t, env] = last
+    for env in range(rewards.shape[1]):
+        _gae_env_cpu(
+            rewards, values, next_values, terminated, episode_end, gamma, lam, advantages, env
+        )
 
 
 # ------------------------------------------------------------- minibatch gather
@@ -209,8 +213,9 @@ def sumtree_update_cpu(tree, capacity, leaves, values):
             node //= 2
 
 
-@cuda.jit(device=True)
 def _descend(tree, capacity, target):
+    """The leaf (from 0) whose prefix-sum span holds ``target``: down from the root, left
+    where ``target`` is below the left child's sum, else right with that sum taken off."""
     node = 1
     while node < capacity:
         left = 2 * node
@@ -220,6 +225,10 @@ def _descend(tree, capacity, target):
             target -= tree[left]
             node = left + 1
     return node - capacity
+
+
+_descend_cuda = cuda.jit(device=True)(_descend)
+_descend_cpu = numba.njit(cache=True, nogil=True)(_descend)
 
 
 @cuda.jit
@@ -233,7 +242,7 @@ def sumtree_sample_cuda(tree, capacity, size, u, index, priority):
         target = (j + u[j]) * (total / batch)
         # Rounding can push target to the total; stay strictly inside the last leaf's span.
         target = min(target, total * (1.0 - 1e-12))
-        leaf = _descend(tree, capacity, target)
+        leaf = _descend_cuda(tree, capacity, target)
         leaf = min(leaf, size - 1)
         index[j] = leaf
         priority[j] = tree[capacity + leaf]
@@ -246,14 +255,6 @@ def sumtree_sample_cpu(tree, capacity, size, u, index, priority):
     total = tree[1]
     for j in range(batch):
         target = min((j + u[j]) * (total / batch), total * (1.0 - 1e-12))
-        node = 1
-        while node < capacity:
-            left = 2 * node
-            if target < tree[left]:
-                node = left
-            else:
-                target -= tree[left]
-                node = left + 1
-        leaf = min(node - capacity, size - 1)
+        leaf = min(_descend_cpu(tree, capacity, target), size - 1)
         index[j] = leaf
         priority[j] = tree[capacity + leaf]

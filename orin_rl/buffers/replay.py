@@ -283,25 +283,20 @@ class PrioritizedReplayBuffer(ReplayBuffer):
     largest priority seen so far. Importance weights w_i = (N P(i))^-beta are divided by their
     maximum over the sampled batch. The tree lives beside the storage and is updated and
     sampled by kernels; the running maximum priority stays on the device (no host sync).
+
+    Args: ``ReplayBuffer``'s, then (by keyword) ``alpha``, ``beta`` and ``eps`` as above.
     """
 
     def __init__(
-        self,
-        capacity: int,
-        fields: Mapping[str, FieldSpec | tuple],
-        device: torch.device | str = "cpu",
-        placement: str = "auto",
-        alpha: float = 0.6,
-        beta: float = 0.4,
-        eps: float = 1e-6,
+        self, *args: Any, alpha: float = 0.6, beta: float = 0.4, eps: float = 1e-6, **kwargs: Any
     ):
-        super().__init__(capacity, fields, device, placement)
+        super().__init__(*args, **kwargs)
         if alpha < 0 or not 0 <= beta <= 1 or eps <= 0:
             raise ReplayError(
                 f"need alpha >= 0, 0 <= beta <= 1, eps > 0; got {alpha}, {beta}, {eps}"
             )
         self.alpha, self.beta, self.eps = alpha, beta, eps
-        self.tree_capacity = 1 << max(0, math.ceil(math.log2(capacity)))
+        self.tree_capacity = 1 << max(0, math.ceil(math.log2(self.capacity)))
         dev = self.storage_device
         self.tree = torch.zeros(2 * self.tree_capacity, dtype=torch.float64, device=dev)
         self._tree_view = ops.numba_view(self.tree)

@@ -59,6 +59,18 @@ def _dds_flags(p: argparse._ActionsContainer, default_domain: int) -> None:
     )
 
 
+_STOP_LIMITS = (
+    ("--tilt-limit", 1.0, "above this base tilt in radians (at most 1.2)"),
+    (
+        "--late-factor",
+        1.5,
+        "when a policy tick comes this many periods after the previous one (at most 5)",
+    ),
+    ("--silence-s", 0.1, "when the robot's state is silent this many seconds (at most 0.5)"),
+)
+"""The latched stops' flags of ``run --plant``: flag, default, when it stops."""
+
+
 def robot_run_flags(p: argparse.ArgumentParser) -> None:
     """``orin-rl run --plant ...``."""
     g = p.add_argument_group("robot (--plant)")
@@ -90,15 +102,9 @@ def robot_run_flags(p: argparse.ArgumentParser) -> None:
         default=2.0,
         help="seconds of the interpolation to the default pose before the policy",
     )
-    g.add_argument("--tilt-limit", type=_POSITIVE, default=1.0,
-                   help="stop (damping, latched) above this base tilt in radians (at most "
-                   "1.2)")  # fmt: skip
-    g.add_argument("--late-factor", type=_POSITIVE, default=1.5,
-                   help="stop (damping, latched) when a policy tick comes this many periods "
-                   "after the previous one (at most 5)")  # fmt: skip
-    g.add_argument("--silence-s", type=_POSITIVE, default=0.1,
-                   help="stop (damping, latched) when the robot's state is silent this many "
-                   "seconds (at most 0.5)")  # fmt: skip
+    for flag, default, when in _STOP_LIMITS:
+        g.add_argument(flag, type=_POSITIVE, default=default,
+                       help=f"stop (damping, latched) {when}")  # fmt: skip
     g.add_argument("--wait-s", type=_POSITIVE, default=60.0,
                    help="seconds to wait for the robot's first state (a twin takes ~10 s to "
                    "start)")  # fmt: skip

@@ -65,13 +65,45 @@ class EpisodeStats:
 
 
 class DeviceState(VecEnv):
-    """``get_state`` / ``set_state`` (exact resume) for envs whose whole dynamic state is a few
-    device tensors, an ``EpisodeStats`` and a ``torch.Generator``."""
+    """Envs whose whole dynamic state is a few device tensors, an ``EpisodeStats`` and a
+    ``torch.Generator``: what they all keep (made here, then the subclass's own ``_build``),
+    their reseeding and ``get_state`` / ``set_state`` (exact resume)."""
 
-    num_envs: int
     env_id: ClassVar[str]
-    stats: EpisodeStats
-    generator: torch.Generator
+    max_episode_steps_default: int
+    """The time limit where ``max_episode_steps`` is not given."""
+
+    def __init__(
+        self,
+        num_envs: int,
+        device: torch.device | str = "cpu",
+        dtype: torch.dtype = torch.float32,
+        max_episode_steps: int | None = None,
+        seed: int | None = None,
+    ):
+        self.num_envs = num_envs
+        self.device = torch.device(device)
+        self.dtype = dtype
+        self.spec = gym.spec(self.env_id)
+        self.max_episode_steps = max_episode_steps or self.max_episode_steps_default
+        self.seed = seed
+        self.generator = torch.Generator(device=self.device)
+        self.generator.manual_seed(0 if seed is None else seed)
+        self.elapsed = torch.zeros(num_envs, dtype=torch.int64, device=self.device)
+        self.stats = EpisodeStats(num_envs, self.device)
+        self._build()
+
+    @abstractmethod
+    def _build(self) -> None:
+        """The subclass's own set-up, after the attributes ``__init__`` sets."""
+
+    def _reseed(self, seed: int | None) -> None:
+        """A full reset's seeding: from ``seed``, else from the constructor's seed, which only
+        the first reset uses; neither: the generator runs on."""
+        seed = seed if seed is not None else self.seed
+        if seed is not None:
+            self.generator.manual_seed(seed)
+            self.seed = None
 
     @abstractmethod
     def _state_tensors(self) -> dict[str, torch.Tensor]:
@@ -118,29 +150,12 @@ class TorchVecEnv(DeviceState):
     graph_safe: ClassVar[bool] = True
     """Tensor ops only: a step can be captured in a CUDA graph."""
 
-    def __init__(
-        self,
-        num_envs: int,
-        device: torch.device | str = "cpu",
-        dtype: torch.dtype = torch.float32,
-        max_episode_steps: int | None = None,
-        seed: int | None = None,
-    ):
-        self.num_envs = num_envs
-        self.device = torch.device(device)
-        self.dtype = dtype
-        self.max_episode_steps = max_episode_steps or self.max_episode_steps_default
-        self.seed = seed
-        self.spec = gym.spec(self.env_id)
-        self.generator = torch.Generator(device=self.device)
-        self.generator.manual_seed(0 if seed is None else seed)
-        kw = {"device": self.device}
-        self.state = torch.zeros(num_envs, self.state_dim, dtype=dtype, **kw)
-        self.elapsed = torch.zeros(num_envs, dtype=torch.int64, **kw)
-        self.stats = EpisodeStats(num_envs, self.device)
+    def _build(self) -> None:
+        kw = {"dtype": self.dtype, "device": self.device}
+        self.state = torch.zeros(self.num_envs, self.state_dim, **kw)
         self._reset_bounds = (
-            torch.tensor(self._reset_low, dtype=dtype, device=self.device),
-            torch.tensor(self._reset_high, dtype=dtype, device=self.device),
+            torch.tensor(self._reset_low, **kw),
+            torch.tensor(self._reset_high, **kw),
         )
 
     # ------------------------------------------------------------------ subclass hooks
@@ -171,10 +186,7 @@ class TorchVecEnv(DeviceState):
 
     def reset(self, seed: int | None = None) -> torch.Tensor:
         """Reset every env (seeding the env's generator when ``seed`` or ``self.seed`` is set)."""
-        seed = seed if seed is not None else self.seed
-        if seed is not None:
-            self.generator.manual_seed(seed)
-            self.seed = None  # only the first reset uses the constructor's seed
+        self._reseed(seed)
         self.state.copy_(self._sample_reset())
         self.elapsed.zero_()
         self.stats.restart()

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from orin_rl.envs.base import StepResult
-from orin_rl.envs.gpu.base import DeviceState, EpisodeStats
+from orin_rl.envs.gpu.base import DeviceState
 
 log = logging.getLogger(__name__)
 
@@ -82,26 +82,18 @@ class MuJoCoWarpEnv(DeviceState):
     eval_physics: ClassVar[str | None] = "mujoco_warp"
     gymnasium_twin: ClassVar[bool] = True
 
-    def __init__(
-        self,
-        num_envs: int,
-        device: torch.device | str = "cpu",
-        dtype: torch.dtype = torch.float32,
-        max_episode_steps: int | None = None,
-        seed: int | None = None,
-    ):
+    @property
+    def max_episode_steps_default(self) -> int:
+        """gymnasium's time limit of the task (1000 where it sets none)."""
+        return self.spec.max_episode_steps or 1000
+
+    def _build(self) -> None:
         from orin_rl.envs.base import EnvError
 
-        if dtype != torch.float32:
-            raise EnvError(f"{self.env_id} on MuJoCo Warp computes in float32, not {dtype}")
+        if self.dtype != torch.float32:
+            raise EnvError(f"{self.env_id} on MuJoCo Warp computes in float32, not {self.dtype}")
         mujoco, wp, mjw = import_sim()
         self._wp, self._mjw = wp, mjw
-        self.num_envs = num_envs
-        self.device = torch.device(device)
-        self.dtype = dtype
-        self.spec = gym.spec(self.env_id)
-        self.max_episode_steps = max_episode_steps or self.spec.max_episode_steps or 1000
-        self.seed = seed
         self.mj_model = self._load_model(mujoco)
         self.dt = float(self.mj_model.opt.timestep) * self.frame_skip
         self._wp_device = "cpu"
@@ -110,7 +102,7 @@ class MuJoCoWarpEnv(DeviceState):
             self._wp_device = f"cuda:{torch.cuda.current_device() if index is None else index}"
         with wp.ScopedDevice(self._wp_device):
             self.model = mjw.put_model(self.mj_model)
-            self.data = mjw.make_data(self.mj_model, nworld=num_envs)
+            self.data = mjw.make_data(self.mj_model, nworld=self.num_envs)
         d = self.data
         # Zero-copy views, made once: (num_envs, ...) tensors on the same memory.
         self.qpos = wp.to_torch(d.qpos)
@@ -132,15 +124,11 @@ class MuJoCoWarpEnv(DeviceState):
         self._action_low = torch.tensor(bounds[:, 0], **kw)
         self._action_high = torch.tensor(bounds[:, 1], **kw)
         self.body_mass = torch.tensor(m.body_mass, dtype=torch.float32, **kw)
-        self.generator = torch.Generator(device=self.device)
-        self.generator.manual_seed(0 if seed is None else seed)
-        self.elapsed = torch.zeros(num_envs, dtype=torch.int64, **kw)
-        self.stats = EpisodeStats(num_envs, self.device)
         self._graphs: dict[str, Any] = {}  # Warp graphs of the physics, per program
         self._streams: dict[int, Any] = {}  # Warp wrappers of torch streams, per handle
         self._capturing = False
         self._record_stream: Any = None  # Warp's own stream, for recording Warp graphs
-        self._reset_worlds(torch.ones(num_envs, dtype=torch.bool, **kw), self._sample_reset())
+        self._reset_worlds(torch.ones(self.num_envs, dtype=torch.bool, **kw), self._sample_reset())
         self._position_prev = self._position().clone()  # updated in place (CUDA graphs)
         obs_dim = self._observe().shape[1]
         self.observation_space = gym.spaces.Box(-np.inf, np.inf, (obs_dim,), np.float32)
@@ -290,16 +278,8 @@ class MuJoCoWarpEnv(DeviceState):
 
     def reset(self, seed: int | None = None) -> torch.Tensor:
         """Reset every env (seeding the env's generator when ``seed`` or ``self.seed`` is set)."""
-        seed = seed if seed is not None else self.seed
-        if seed is not None:
-            self.generator.manual_seed(seed)
-            self.seed = None  # only the first reset uses the constructor's seed
-        all_envs = torch.ones(self.num_envs, dtype=torch.bool, device=self.device)
-        self._reset_worlds(all_envs, self._sample_reset())
-        self._position_prev.copy_(self._position())
-        self.elapsed.zero_()
-        self.stats.restart()
-        return self._observe()
+        self._reseed(seed)
+        return self.set_qpos_qvel(*self._sample_reset())
 
     def set_qpos_qvel(self, qpos: torch.Tensor, qvel: torch.Tensor) -> torch.Tensor:
         """Start every env from the given (num_envs, nq) / (num_envs, nv) states, as gymnasium's
@@ -363,8 +343,11 @@ def _ctrl_cost(action: torch.Tensor, weight: float) -> torch.Tensor:
 
 
 class _PlanarWalker(MuJoCoWarpEnv):
-    """Hopper / Walker2d / HalfCheetah: x = qpos[0], observation qpos[1:] and qvel."""
+    """Hopper / Walker2d / HalfCheetah: x = qpos[0], observation qpos[1:] and qvel (frame skip
+    and reset noise: Hopper's and Walker2d's)."""
 
+    frame_skip = 4
+    reset_noise_scale = 5e-3
     forward_reward_weight: ClassVar[float] = 1.0
     ctrl_cost_weight: ClassVar[float] = 1e-3
     healthy_reward: ClassVar[float] = 1.0
@@ -396,8 +379,6 @@ class Hopper(_PlanarWalker):
 
     env_id = "Hopper-v5"
     xml_file = "hopper.xml"
-    frame_skip = 4
-    reset_noise_scale = 5e-3
 
     def _healthy(self):
         state = torch.cat((self.qpos[:, 2:], self.qvel), -1)
@@ -411,8 +392,6 @@ class Walker2d(_PlanarWalker):
 
     env_id = "Walker2d-v5"
     xml_file = "walker2d_v5.xml"
-    frame_skip = 4
-    reset_noise_scale = 5e-3
 
     def _healthy(self):
         z, angle = self.qpos[:, 1], self.qpos[:, 2]
