@@ -11,6 +11,7 @@ Torch-free: a plain description.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -53,16 +54,11 @@ GENERIC = PPOProfile(
     one_minibatch_order=False,
     clip_each_network=False,
 )
-RSL_RL = PPOProfile(
-    name="rsl_rl",
-    layer_init="torch_default",
-    std="clamped_std",
-    normalizers="inside_networks",
-    adam_eps=1e-8,
-    exact_kl=True,
-    one_minibatch_order=True,
+RSL_RL = dataclasses.replace(
+    GENERIC, name="rsl_rl", layer_init="torch_default", std="clamped_std",
+    normalizers="inside_networks", adam_eps=1e-8, exact_kl=True, one_minibatch_order=True,
     clip_each_network=True,
-)
+)  # fmt: skip
 
 
 def of_config(ppo: Any) -> PPOProfile:

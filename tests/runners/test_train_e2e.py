@@ -27,13 +27,19 @@ def orin_rl(*args: str, **kwargs) -> subprocess.Popen:
     )
 
 
+def _train_cartpole(tmp_path: Path, device: str, timeout: int) -> tuple[Path, dict, str]:
+    """``orin-rl train --env CartPole-v1`` (its preset) on ``device``: (run folder, summary,
+    what it printed)."""
+    run = tmp_path / "run"
+    proc = orin_rl("--env", "CartPole-v1", "--device", device, "--out", str(run))
+    out, err = proc.communicate(timeout=timeout)
+    assert proc.returncode == 0, err
+    return run, json.loads((run / "summary.json").read_text()), out
+
+
 def test_cartpole_solves_from_defaults(tmp_path):
     """`orin-rl train --env CartPole-v1` (its preset) reaches eval >= 475 on 20 fresh episodes."""
-    run = tmp_path / "run"
-    proc = orin_rl("--env", "CartPole-v1", "--device", "cpu", "--out", str(run))
-    out, err = proc.communicate(timeout=300)
-    assert proc.returncode == 0, err
-    summary = json.loads((run / "summary.json").read_text())
+    run, summary, out = _train_cartpole(tmp_path, "cpu", 300)
     assert summary["eval_episodes"] == 20
     assert summary["eval_return_mean"] >= 475, summary
     for name in ("config.yaml", "checkpoint.pt", "metrics.jsonl", "curve.png", "summary.json"):
@@ -107,11 +113,7 @@ def test_checkpoint_loads_with_weights_only(tmp_path):
 
 @pytest.mark.gpu
 def test_cuda_training_runs(tmp_path):
-    run = tmp_path / "run"
-    proc = orin_rl("--env", "CartPole-v1", "--device", "cuda", "--out", str(run))
-    _, err = proc.communicate(timeout=600)
-    assert proc.returncode == 0, err
-    summary = json.loads((run / "summary.json").read_text())
+    run, summary, _ = _train_cartpole(tmp_path, "cuda", 600)
     assert summary["device"].startswith("cuda") and summary["buffer_placement"] == "device"
     records = read_metrics(run / "metrics.jsonl")
     assert all(r["gpu/allocated_mb"] > 0 for r in records)

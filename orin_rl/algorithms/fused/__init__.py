@@ -62,6 +62,7 @@ from orin_rl.algorithms.fused.shapes import reduce_blocks as reduce_blocks
 from orin_rl.algorithms.fused.shapes import shared_floats as shared_floats
 from orin_rl.algorithms.gemm_update import GemmGrads
 from orin_rl.buffers import ops
+from orin_rl.models import profile as profiles
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +94,7 @@ def blocker(cfg: Any, env: Any, policy: torch.nn.Module, device: torch.device,
         (spec.obs_groups is not None or spec.critic_hidden_sizes is not None,
          "an asymmetric actor-critic"),
         (ppo.desired_kl is not None, "the adaptive learning rate (ppo.desired_kl)"),
-        (ppo.rsl_rl, "ppo.rsl_rl (rsl_rl's init, std and clipping)"),
+        (spec.profile is not profiles.GENERIC, "ppo.rsl_rl (rsl_rl's init, std and clipping)"),
         (ppo.normalize_advantage and ppo.normalize_advantage_per_minibatch,
          "ppo.normalize_advantage_per_minibatch (the fused update normalises the rollout's)"),
         (ppo.timeout_bootstrap != "final_obs", "ppo.timeout_bootstrap=value"),

@@ -24,7 +24,7 @@ class CartPole(TorchVecEnv):
     """CartPole-v1: state (x, x_dot, theta, theta_dot); explicit Euler, tau = 0.02."""
 
     env_id = "CartPole-v1"
-    fused_task = "CartPole-v1"  # algorithms/fused.py implements these dynamics
+    fused_task = "CartPole-v1"  # algorithms/fused/cartpole.py implements these dynamics
     max_episode_steps_default = 500
     state_dim = 4
     _reset_low = (-0.05,) * 4
