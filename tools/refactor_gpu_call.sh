@@ -13,7 +13,7 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$out/gpu.txt
 timeout 300 python3 -m pytest -q -p no:cacheprovider -p no:randomly \
   tests/algorithms/test_fused.py tests/algorithms/test_fused_ptx.py \
   tests/runners/test_fused_training.py tests/runners/test_graphed_act.py \
-  tests/runners/test_gpu_backend_training.py > "$out/gpu_tests.log" 2>&1
+  tests/runners/test_gpu_backend_training.py tests/buffers > "$out/gpu_tests.log" 2>&1
 echo "pytest rc $? at ${SECONDS}s" >> "$out/gpu_tests.log"
 tail -3 "$out/gpu_tests.log"
 for side in before after; do
