@@ -53,6 +53,8 @@ CLOCK_WORDS = ("time", "per_s", "_s/", "wall", "fps", "sps", "latency", "seconds
 def is_clock(key: str) -> bool:
     """A figure that reads a clock (or is made from one): it differs run to run by nature."""
     k = key.lower()
+    if k.startswith("gpu/"):  # the allocator's figures (memory, not a curve)
+        return True
     return any(w in k for w in CLOCK_WORDS) or k.endswith("_s") or k.endswith("_ms")
 
 
@@ -109,8 +111,8 @@ def cmd_run(ns: argparse.Namespace) -> int:
     table = RUNS if ns.device == "cpu" else GPU_RUNS
     names = ns.only.split(",") if ns.only else list(table)
     source = ns.source.resolve() if ns.source else None
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=source or ROOT,
-                            capture_output=True, text=True).stdout.strip()  # fmt: skip
+    commit = ns.commit or subprocess.run(["git", "rev-parse", "HEAD"], cwd=source or ROOT,
+                                         capture_output=True, text=True).stdout.strip()  # fmt: skip
     out = {"commit": commit, "runs": {}}
     for name in names:
         print(f"{name} ...", flush=True)
@@ -206,6 +208,7 @@ def main() -> int:
     r.add_argument("--source", type=Path, help="another checkout's root (its orin_rl runs)")
     r.add_argument("--workdir", type=Path, default=ROOT / "runs" / "refactor-curves")
     r.add_argument("--only", default="", help="comma-separated run names")
+    r.add_argument("--commit", default="", help="the commit the runs are of (default: git's)")
     r.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
                    help="cuda: the GPU runs (GPU_RUNS) instead of the CPU ones")  # fmt: skip
     c = sub.add_parser("compare")
