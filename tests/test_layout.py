@@ -345,7 +345,7 @@ def long_functions(path: Path, limit: int = MAX_FUNCTION_LINES) -> list[str]:
 
 
 def test_no_function_over_100_lines():
-    """A function is read whole: split a long one by meaning (fused.py's ``build_kernels`` was
+    """A function is read whole: split a long one by meaning (the old fused.py's ``build_kernels`` was
     674 lines, its ``grads`` kernel 268: this check failed on it)."""
     too_long = [
         f"  {path.relative_to(ROOT).as_posix()}: {entry}"
