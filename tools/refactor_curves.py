@@ -190,7 +190,7 @@ def cmd_compare(ns: argparse.Namespace) -> int:
             f"{r['figures_compared']} | {'yes' if r['identical'] else 'no'} | "
             f"{'yes' if r['weights_identical'] else 'no'} | {r['final_eval_before']} | "
             f"{r['final_eval_after']} | {_rate(r['steps_per_s_before'], gpu)} | "
-            f"{_rate(r['steps_per_s_after'], gpu)} | {r['path_before']} → {r['path_after']} | "
+            f"{_rate(r['steps_per_s_after'], gpu)} | {r['path_before'] or 'not recorded'} → {r['path_after'] or 'not recorded'} | "
             f"{r['first_difference'] or '—'} |"
         )
     ns.write.parent.mkdir(parents=True, exist_ok=True)
