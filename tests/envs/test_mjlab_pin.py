@@ -56,7 +56,7 @@ def test_every_env_attribute_the_step_names_is_pinned():
     (or only assigned there): a new use of mjlab's internals cannot skip the check."""
     root = Path(mjlab_env.__file__).parent
     used = set()
-    for module in ("mjlab_graph.py", "mjlab_masked.py"):
+    for module in ("graph.py", "masked.py"):
         used |= set(re.findall(r"\benv\.([A-Za-z_]+)", (root / module).read_text()))
     pinned = {dotted.split(".")[0] for dotted in STEP_ATTRIBUTES}
     assert used - pinned - WRITTEN_ONLY - {"step"} == set()
