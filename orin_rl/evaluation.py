@@ -21,8 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from orin_rl import env_backends
-from orin_rl.env_factory import make_env
+from orin_rl.envs import backends as env_backends
+from orin_rl.envs.factory import make_env
 from orin_rl.errors import OrinError
 
 VIDEO_HINT = "pip install 'orin-rl[video]' (moviepy to write MP4s, pygame to draw classic control)"

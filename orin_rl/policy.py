@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from orin_rl import runtime
-from orin_rl.env_factory import ENV_CONFIG_KEYS
+from orin_rl.envs.factory import ENV_CONFIG_KEYS
 from orin_rl.errors import OrinError
 
 log = logging.getLogger(__name__)

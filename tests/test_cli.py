@@ -285,7 +285,7 @@ class TestMissingEnvDependency:
         assert 'gymnasium[box2d]"' in err and "mujoco" not in err.lower(), err
 
     def test_eval_and_run_path_names_gymnasium_box2d(self):
-        from orin_rl.env_factory import EnvMakeError, make_env
+        from orin_rl.envs.factory import EnvMakeError, make_env
 
         if _importable("Box2D"):
             pytest.skip("Box2D is installed here")
@@ -306,7 +306,7 @@ class TestMissingEnvDependency:
         ],
     )
     def test_each_family_gets_its_own_package(self, env_id, install):
-        from orin_rl.env_factory import install_hint
+        from orin_rl.envs.factory import install_hint
 
         assert install in install_hint(env_id)
 
@@ -315,7 +315,7 @@ class TestMissingEnvDependency:
 
         import tomllib
 
-        from orin_rl.env_factory import INSTALL_HINTS
+        from orin_rl.envs.factory import INSTALL_HINTS
 
         pyproject = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
         extras = pyproject["project"]["optional-dependencies"]
@@ -323,7 +323,7 @@ class TestMissingEnvDependency:
         assert named and named <= set(extras)
 
     def test_unknown_family_gets_no_guess(self):
-        from orin_rl.env_factory import install_hint
+        from orin_rl.envs.factory import install_hint
 
         assert install_hint("mypkg.envs:Thing-v0") is None
 

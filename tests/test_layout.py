@@ -51,11 +51,7 @@ FORBIDDEN = {
     "orin_rl.algorithms": (_CLI, _RUNNERS),
     "orin_rl.models": _BOTTOM,
     "orin_rl.buffers": _BOTTOM,
-    "orin_rl.envs": _BOTTOM,
-    # envs' modules still at the top level (../shared/house-47.json moves them under envs/)
-    "orin_rl.env_backends": _BOTTOM,
-    "orin_rl.env_factory": _BOTTOM,
-    "orin_rl.image_envs": _BOTTOM,
+    "orin_rl.envs": _BOTTOM,  # its backends, factory and images modules included
     "orin_rl.config": _BOTTOM,
     "orin_rl.export": (_CLI,),
     # "runtime never imports export, runners or algorithms" (and, below cli, not cli)
@@ -71,12 +67,12 @@ FORBIDDEN = {
 # Where orin_rl imports a module by name (``importlib.import_module``, ``__import__``), which
 # the import graph cannot see: (module, function) -> the reason. Only the user's modules and
 # third-party ones; orin_rl's own are imported with plain import statements, lazily in a
-# function where they must load late (env_backends' loaders, cli.app's commands,
-# env_factory.PROJECT_MODULES, orin_rl's ``__getattr__``).
+# function where they must load late (envs.backends' loaders, cli.app's commands,
+# envs.factory.PROJECT_MODULES, the ``__getattr__`` of orin_rl and orin_rl.envs).
 DYNAMIC_IMPORTS_OK = {
     # the user's module of a ``module:EnvId`` id or a config wrapper ``module:function`` (orin_rl's
-    # own, ``orin_rl.image_envs``, go through PROJECT_MODULES first)
-    ("orin_rl.env_factory", "import_module"): "the user's env and wrapper modules",
+    # own, ``orin_rl.envs.images``, go through PROJECT_MODULES first)
+    ("orin_rl.envs.factory", "import_module"): "the user's env and wrapper modules",
     # ``online.plant: module:factory``, the user's Plant adapter
     ("orin_rl.runners.online", "make_plant"): "the user's plant module",
     # third-party task packages named in ORIN_RL_MJLAB_TASKS, registering mjlab tasks
@@ -301,9 +297,9 @@ def test_imports_by_name_are_the_users_or_third_party():
 
 def test_project_strings_name_explicit_modules():
     """A ``module:name`` string of orin_rl naming one of its own modules (a preset's
-    ``orin_rl.image_envs:atari`` wrapper) names one of ``env_factory.PROJECT_MODULES``, which are
-    imported with import statements, not by name."""
-    from orin_rl.env_factory import PROJECT_MODULES
+    ``orin_rl.envs.images:atari`` wrapper) names one of ``envs.factory.PROJECT_MODULES``, which
+    are imported with import statements, not by name."""
+    from orin_rl.envs.factory import PROJECT_MODULES
 
     spec = re.compile(r"orin_rl(\.\w+)*:\w+(\.\w+)*")
     named = [

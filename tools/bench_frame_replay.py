@@ -5,7 +5,7 @@ uses, each checked exact (the last ``--check`` transitions' obs and next_obs, ke
 stacks, against the ones the ring rebuilds):
 
 - episodes: the Atari DQN preset's training env (``ALE/<game>-v5``, ``frameskip=1``,
-  ``orin_rl.image_envs:atari`` with ``episodic_life``: a lost life ends the episode) plays
+  ``orin_rl.envs.images:atari`` with ``episodic_life``: a lost life ends the episode) plays
   random actions over ``--envs`` envs into a ring of ``--rows`` rows until it is full: the rows
   a transition (one a transition, one an episode start). Random play loses lives fastest, so
   its episodes are the shortest (the most start rows) training meets.
@@ -161,7 +161,7 @@ def measure(game: str, rows: int, num_envs: int, transitions: int, memory_envs: 
     docstring)."""
     atari = make(f"ALE/{game}-v5", num_envs, seed=seed, vectorization="async",
                  env_kwargs={"frameskip": 1},
-                 wrappers=[{"wrapper": "orin_rl.image_envs:atari",
+                 wrappers=[{"wrapper": "orin_rl.envs.images:atari",
                             "kwargs": {"episodic_life": True}}])  # fmt: skip
     spec = PolicySpec.from_spaces(atari.observation_space, atari.action_space, hidden_sizes=[])
     episodes = fill(atari, spec, num_envs, rows, check, seed)

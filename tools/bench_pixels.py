@@ -37,7 +37,7 @@ MAX_EPISODE_STEPS = 10_000
 
 def _env(env_id: str):
     from orin_rl.config.presets import PRESETS
-    from orin_rl.env_factory import make_env
+    from orin_rl.envs.factory import make_env
 
     return make_env(env_id, {"wrappers": PRESETS[env_id]["env.wrappers"]})
 
@@ -108,7 +108,7 @@ def markdown(result: dict) -> str:
         f"{result['total_steps']:,} env steps each; evaluation: {result['eval_episodes']} "
         "deterministic episodes (seeds 10,000 + i), one evaluator for both.",
         "",
-        "Same frames (`orin_rl.image_envs.minatar`: (4, 10, 10) uint8), same network "
+        "Same frames (`orin_rl.envs.images.minatar`: (4, 10, 10) uint8), same network "
         "(`ImageEncoder('small')` for the actor and for the critic, linear heads on its 128 "
         "features), same PPO settings (the MinAtar preset: 16 envs x 128 steps, 4 epochs x 4 "
         "minibatches, lr 5e-4 annealed, clip 0.2 on policy and value, entropy 0.01). orin_rl "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from orin_rl import env_backends
+from orin_rl.envs import backends as env_backends
 
 
 def backend_ids(name: str) -> list[str]:

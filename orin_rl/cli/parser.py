@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from orin_rl import __version__, env_backends
+from orin_rl import __version__
 from orin_rl.cli.argtypes import (
     _FINITE,
     _NON_NEGATIVE,
@@ -26,6 +26,7 @@ from orin_rl.cli.argtypes import (
 from orin_rl.cli.parser_common import ENV_KWARGS_HELP, _on_off_flags
 from orin_rl.cli.parser_train import train_flags
 from orin_rl.cli.robot_args import ROBOT_COMMANDS, robot_run_flags
+from orin_rl.envs import backends as env_backends
 
 DESCRIPTION = """\
 Reinforcement learning on the robot's own computer: train a policy, export it as a

@@ -10,9 +10,9 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from orin_rl import env_backends
 from orin_rl.cli.argtypes import _NON_NEGATIVE_INT, _POSITIVE, _POSITIVE_INT, _train_default
 from orin_rl.cli.parser_common import ENV_KWARGS_HELP, _on_off_flags
+from orin_rl.envs import backends as env_backends
 
 
 def _config_flag(

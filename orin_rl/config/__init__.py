@@ -59,7 +59,7 @@ class EnvConfig:
     train_wrappers: list[str | dict[str, Any]] | None = None
     """The training envs' wrappers where they differ from ``wrappers`` (same forms; None: the
     same): what shapes learning but not the task, e.g. Atari's lost life ending a training
-    episode (``{wrapper: orin_rl.image_envs:atari, kwargs: {episodic_life: true}}``) while
+    episode (``{wrapper: orin_rl.envs.images:atari, kwargs: {episodic_life: true}}``) while
     evaluation, export and ``orin-rl run`` play whole games. Their observations must be the
     evaluation's."""
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from orin_rl import env_backends
 from orin_rl.config.types import ConfigError, check_wrapper
+from orin_rl.envs import backends as env_backends
 
 
 def validate(cfg: Any) -> None:

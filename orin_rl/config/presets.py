@@ -12,7 +12,7 @@ import logging
 import math
 from typing import Any
 
-from orin_rl import env_backends
+from orin_rl.envs import backends as env_backends
 
 log = logging.getLogger(__name__)
 
@@ -138,13 +138,13 @@ GPU_PRESETS: dict[str, dict[str, Any]] = {
 """Presets for ``--env-backend gpu`` (the classic-control ids fall back to PRESETS)."""
 
 
-# Pixel tasks: uint8 frames (orin_rl.image_envs) into an image encoder chosen from the
+# Pixel tasks: uint8 frames (orin_rl.envs.images) into an image encoder chosen from the
 # observation space (models/cnn.py), the heads straight on its features (SB3's CnnPolicy).
 # MinAtar (10x10 grids, the small encoder): PureJaxRL's MinAtar PPO (lr 5e-4, 128 steps, 4
 # epochs, entropy 0.01, advantages normalised per minibatch) over 16 envs and 4 minibatches, a
 # size the 2-core box steps in minutes.
 _MINATAR_PPO: dict[str, Any] = {
-    "env.wrappers": ["orin_rl.image_envs:minatar"],
+    "env.wrappers": ["orin_rl.envs.images:minatar"],
     "env.num_envs": 16,
     "ppo.num_steps": 128,
     "ppo.num_epochs": 4,
@@ -162,10 +162,10 @@ for _game in ("Asterix", "Breakout", "Freeway", "Seaquest", "SpaceInvaders"):
 # 84x84 frames (the Nature encoder), CleanRL's ppo_atari (8 envs x 128 steps, 4 minibatches,
 # 4 epochs, lr 2.5e-4 annealed, clip 0.1, entropy 0.01) for 10M agent steps (40M frames).
 # Defined and smoke-tested on the CPU box, not trained there.
-_ATARI_EPISODIC_LIFE = {"wrapper": "orin_rl.image_envs:atari", "kwargs": {"episodic_life": True}}
+_ATARI_EPISODIC_LIFE = {"wrapper": "orin_rl.envs.images:atari", "kwargs": {"episodic_life": True}}
 _ATARI_PPO: dict[str, Any] = {
     "env.kwargs": {"frameskip": 1},  # the wrapper skips (and max-pools) 4 frames
-    "env.wrappers": ["orin_rl.image_envs:atari"],
+    "env.wrappers": ["orin_rl.envs.images:atari"],
     # training: a lost life ends the episode (CleanRL's EpisodicLifeEnv); evaluation: games
     "env.train_wrappers": [_ATARI_EPISODIC_LIFE],
     "env.num_envs": 8,
@@ -222,7 +222,7 @@ OFF_POLICY_PRESETS: dict[tuple[str, str], dict[str, Any]] = {
     # MinAtar's DQN (Young & Tian 2019: replay 100k, batch 32, target every 1,000, epsilon
     # 1 -> 0.1 over 100k steps) on uint8 frames, one env.
     ("MinAtar/Breakout-v1", "dqn"): {
-        "env.wrappers": ["orin_rl.image_envs:minatar"],
+        "env.wrappers": ["orin_rl.envs.images:minatar"],
         "env.num_envs": 1,
         "dqn.buffer_size": 100_000,
         "dqn.batch_size": 32,
@@ -240,7 +240,7 @@ OFF_POLICY_PRESETS: dict[tuple[str, str], dict[str, Any]] = {
     **{
         (f"ALE/{game}-v5", "dqn"): {
             "env.kwargs": {"frameskip": 1},
-            "env.wrappers": ["orin_rl.image_envs:atari"],
+            "env.wrappers": ["orin_rl.envs.images:atari"],
             "env.train_wrappers": [_ATARI_EPISODIC_LIFE],
             "env.num_envs": 1,
             "dqn.buffer_size": 100_000,

@@ -1,14 +1,21 @@
-"""Environments: ``make()`` returns a VecEnv (batched torch tensors, auto-reset)."""
+"""Environments: ``make()`` returns a VecEnv (batched torch tensors, auto-reset).
+
+The package is light: importing it (or a torch-free module of it, as the CLI's parser imports
+``backends`` and ``orin-rl run`` imports ``factory``) loads neither torch nor gymnasium. Its
+names below are imported on first use. Modules: ``maker`` (``make``, ``reward_threshold``),
+``base`` (the VecEnv contract), ``backends`` (the backends by name), one module or package a
+backend (``gym_env``, ``gpu``, ``mjlab``, ``envpool_env``), ``factory`` (one gymnasium env as
+the config says, torch-free) and ``images`` (the pixel wrappers, torch-free).
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import gymnasium as gym
-import torch
-
-from orin_rl.envs.base import EnvError, EnvOptions, StepResult, VecEnv
-from orin_rl.envs.gym_env import GymVecEnv
+if TYPE_CHECKING:
+    from orin_rl.envs.base import EnvError, EnvOptions, StepResult, VecEnv
+    from orin_rl.envs.gym_env import GymVecEnv
+    from orin_rl.envs.maker import make, reward_threshold
 
 __all__ = [
     "EnvError",
@@ -21,60 +28,18 @@ __all__ = [
 ]
 
 
-def make(
-    env_id: str,
-    num_envs: int = 1,
-    device: torch.device | str = "cpu",
-    seed: int | None = None,
-    backend: str = "gym",
-    vectorization: str = "sync",
-    max_episode_steps: int | None = None,
-    worker_timeout_s: float = 60.0,
-    env_kwargs: dict[str, Any] | None = None,
-    wrappers: list[str | dict[str, Any]] | None = None,
-    evaluation: bool = False,
-    random_episode_start: bool = False,
-    num_workers: int = 0,
-) -> VecEnv:
-    """Create ``num_envs`` copies of ``env_id`` as one VecEnv on ``device``.
-
-    Args:
-        env_id: a gymnasium id, e.g. ``CartPole-v1``.
-        num_envs: batch size of the vector env.
-        device: where observations and rewards are returned.
-        seed: if given, the first ``reset()`` seeds the envs with ``seed, seed + 1, ...``.
-        backend: a name in ``orin_rl.env_backends``: ``gym`` (gymnasium.vector) or ``gpu``
-            (GPU-native envs stepping on ``device``, see ``orin_rl.envs.gpu``).
-        vectorization: ``sync``, ``async`` (worker processes) or ``workers`` (rollout
-            workers that can run a whole rollout, ``envs.worker_pool``) for the gym backend.
-        max_episode_steps: override of the time limit.
-        worker_timeout_s: async workers that do not answer a step within this are reported.
-        env_kwargs: keyword arguments for each env's constructor (gym backend).
-        wrappers: config ``env.wrappers`` entries applied to each env (gym backend).
-        evaluation: the batch evaluates a policy (mjlab: the task's play configuration).
-        random_episode_start: first episodes start at a random step of the time limit (mjlab).
-        num_workers: rollout workers (``workers`` vectorisation; 0: one a CPU core).
-
-    A ``gym`` request for an id another backend claims (``Mjlab-*``) goes to that backend.
-    """
-    from orin_rl import env_backends
-    from orin_rl.env_factory import EnvMakeError
-
-    if num_envs <= 0:
-        raise EnvError(f"num_envs must be positive, got {num_envs}")
-    backend = env_backends.for_id(env_id, backend)
-    try:
-        make_vec_env = env_backends.factory(backend)
-    except EnvMakeError as exc:
-        raise EnvError(str(exc)) from None
-    options = EnvOptions(seed, vectorization, max_episode_steps, worker_timeout_s, env_kwargs,
-                         wrappers, evaluation, random_episode_start, num_workers)  # fmt: skip
-    return make_vec_env(env_id, num_envs, device, options)
-
-
-def reward_threshold(env_id: str) -> float | None:
-    """gymnasium's registered ``reward_threshold`` for ``env_id`` (None if it has none)."""
-    try:  # a custom module:EnvId is registered as EnvId (its module was imported by make)
-        return gym.spec(env_id.split(":")[-1]).reward_threshold
-    except gym.error.Error:
-        return None
+def __getattr__(name: str) -> Any:
+    """The names of ``__all__``, imported on first use (torch and gymnasium with them) and kept
+    here after. Plain ``from ... import`` statements, which the layout test
+    (``tests/test_layout.py``) reads."""
+    if name in ("make", "reward_threshold"):
+        from orin_rl.envs import maker as module
+    elif name in ("EnvError", "EnvOptions", "StepResult", "VecEnv"):
+        from orin_rl.envs import base as module
+    elif name == "GymVecEnv":
+        from orin_rl.envs import gym_env as module
+    else:
+        raise AttributeError(f"module 'orin_rl.envs' has no attribute {name!r}")
+    value = getattr(module, name)
+    globals()[name] = value
+    return value

@@ -70,7 +70,7 @@ def for_id(env_id: str, asked: str) -> str:
 
 def factory(name: str) -> Callable[..., Any]:
     """The backend's ``make_vec_env`` (its module is imported now, not before)."""
-    from orin_rl.env_factory import EnvMakeError
+    from orin_rl.envs.factory import EnvMakeError
 
     if name not in BACKENDS:
         raise EnvMakeError(f"unknown env backend {name!r}; available: {', '.join(BACKENDS)}")

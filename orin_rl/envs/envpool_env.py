@@ -1,4 +1,4 @@
-"""The ``envpool`` backend (``orin_rl.env_backends``): envpool's batched C++ environments (its
+"""The ``envpool`` backend (``orin_rl.envs.backends``): envpool's batched C++ environments (its
 Atari games with their preprocessing in C++: no-op starts, 4-frame skip with max-pooling, 84x84
 grey frames, a stack of 4) as a VecEnv, the envs CleanRL's ``ppo_atari_envpool`` trains on.
 

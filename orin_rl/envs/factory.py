@@ -7,8 +7,9 @@ vector env; evaluation (``orin-rl eval``) and the control loop (``orin-rl run``)
 A custom environment is an id ``module:EnvId``: ``module`` is imported first (it calls
 ``gymnasium.register(id="EnvId", ...)``), from the Python path or, failing that, the current
 folder. A config wrapper is ``module:function``. orin_rl's own modules named that way
-(``orin_rl.image_envs:atari``) are imported through ``PROJECT_MODULES``, with plain ``from ...
-import`` statements the layout test reads; only the user's modules are imported by name.
+(``orin_rl.envs.images:atari``) are imported through ``PROJECT_MODULES``, with plain
+``from ... import`` statements the layout test reads; only the user's modules are imported by
+name.
 """
 
 from __future__ import annotations
@@ -70,18 +71,20 @@ def make_error_message(env_id: str, exc: Exception) -> str:
     return f"{env_id}: {exc}; {hint}" if hint else f"{env_id}: {exc}"
 
 
-def _image_envs() -> ModuleType:
-    from orin_rl import image_envs
+def _images() -> ModuleType:
+    from orin_rl.envs import images
 
-    return image_envs
+    return images
 
 
 PROJECT_MODULES: dict[str, Callable[[], ModuleType]] = {
-    "orin_rl.image_envs": _image_envs,  # the pixel wrappers: atari, minatar, rendered
+    "orin_rl.envs.images": _images,  # the pixel wrappers: atari, minatar, rendered
+    "orin_rl.image_envs": _images,  # its former name, kept for configs written before
 }
 """orin_rl's modules that a config string may name (``module:function`` wrappers, ``module:EnvId``
-ids) -> the loader importing it. A project string names one of these (the layout test checks
-the strings in orin_rl); ``import_module`` imports any other name as the user's."""
+ids) -> the loader importing it; a module that moved keeps its former name here too, so a
+config naming it still works. A project string names one of these (the layout test checks the
+strings in orin_rl); ``import_module`` imports any other name as the user's."""
 
 
 def import_module(name: str, what: str) -> ModuleType:

@@ -1,4 +1,4 @@
-"""The ``gym`` backend's factory (``orin_rl.env_backends``): gymnasium's vector envs, or the
+"""The ``gym`` backend's factory (``orin_rl.envs.backends``): gymnasium's vector envs, or the
 rollout workers' pool for ``vectorization=workers``."""
 
 from __future__ import annotations

@@ -13,13 +13,13 @@ from gymnasium.vector import AutoresetMode
 from gymnasium.wrappers.vector import RecordEpisodeStatistics
 
 from orin_rl.buffers import memory
-from orin_rl.env_factory import (
+from orin_rl.envs.base import EnvError, StepResult, VecEnv
+from orin_rl.envs.factory import (
     EnvMakeError,
     import_env_module,
     make_error_message,
     resolve_wrappers,
 )
-from orin_rl.envs.base import EnvError, StepResult, VecEnv
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,8 @@
 """Pixel environments as the policies take them: uint8 (C, H, W) frames (torch-free).
 
-Config ``env.wrappers`` entries (``orin_rl.image_envs:atari``, ``orin_rl.image_envs:minatar``)
-used by training, evaluation and ``orin-rl run`` alike, so every stage sees the same frames.
+Config ``env.wrappers`` entries (``orin_rl.envs.images:atari``, ``:minatar``, ``:rendered``;
+``orin_rl.image_envs:...``, the module's former name, still works) used by training, evaluation
+and ``orin-rl run`` alike, so every stage sees the same frames.
 
 - ``atari``: gymnasium's ``AtariPreprocessing`` (no-op starts, frame skip with a max-pool of the
   last two frames, grey 84×84) and ``FrameStackObservation`` (the last 4 frames): (4, 84, 84)

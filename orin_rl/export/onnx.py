@@ -33,10 +33,11 @@ import torch
 from torch import nn
 
 from orin_rl import __version__ as orin_rl_version
-from orin_rl import env_backends, envs
+from orin_rl import envs
 from orin_rl.bundle import BundleInfo, TensorSpec, sha256_file, write_private
 from orin_rl.checkpoint import load_policy
-from orin_rl.env_factory import ENV_CONFIG_KEYS
+from orin_rl.envs import backends as env_backends
+from orin_rl.envs.factory import ENV_CONFIG_KEYS
 from orin_rl.errors import OrinError
 from orin_rl.models import ActorCritic, PolicySpec
 from orin_rl.models.deploy import DeterministicPolicy

@@ -86,7 +86,7 @@ class GymPlant(Plant):
         env_config: dict[str, Any] | None = None,
     ):
         super().__init__()
-        from orin_rl.env_factory import make_env
+        from orin_rl.envs.factory import make_env
 
         config = dict(env_config or {})
         if max_episode_steps is not None:

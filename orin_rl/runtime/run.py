@@ -29,7 +29,7 @@ class EnvDriver:
     def __post_init__(self) -> None:
         import gymnasium as gym
 
-        from orin_rl.env_factory import make_env
+        from orin_rl.envs.factory import make_env
 
         self.env = make_env(self.env_id, self.env_config)
         obs, _ = self.env.reset(seed=self.seed)
@@ -70,7 +70,7 @@ def make_driver(
 ) -> Any:
     """The plant of ``orin-rl run``: a gymnasium env, or one world of an mjlab task (which
     brings torch with it: mjlab is torch code; the policy still runs torch-free)."""
-    from orin_rl import env_backends
+    from orin_rl.envs import backends as env_backends
 
     if env_backends.for_id(env_id, "gym") == "mjlab":
         from orin_rl.envs.mjlab.play import MjlabDriver

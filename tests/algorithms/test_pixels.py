@@ -24,7 +24,7 @@ from tools.bench_frame_replay import ListEnvs
 require_pixels("minatar", "MinAtar is in the pixels extra")
 
 ATARI = (4, 84, 84)
-"""A stack of 4 grey 84x84 frames (orin_rl.image_envs.atari)."""
+"""A stack of 4 grey 84x84 frames (orin_rl.envs.images.atari)."""
 FRAME_BYTES = 4 * 84 * 84  # 28,224 bytes of uint8 (112,896 as float32)
 SCALAR_BYTES = 8 + 4 + 4 + 4  # actions int64, rewards, terminated, discounts float32
 ATARI_TRANSITION_BYTES = 2 * FRAME_BYTES + SCALAR_BYTES  # obs + next_obs: 56,468
@@ -34,7 +34,7 @@ ATARI_TRANSITION_BYTES = 2 * FRAME_BYTES + SCALAR_BYTES  # obs + next_obs: 56,46
 def _minatar_cfg(**over) -> Config:
     cfg = Config()
     values = {
-        "env.env_id": "MinAtar/Breakout-v1", "env.wrappers": ["orin_rl.image_envs:minatar"],
+        "env.env_id": "MinAtar/Breakout-v1", "env.wrappers": ["orin_rl.envs.images:minatar"],
         "env.num_envs": 2, "ppo.num_steps": 8, "ppo.num_minibatches": 2, "ppo.num_epochs": 1,
         "ppo.hidden_sizes": [], "train.device": "cpu", "train.total_steps": 32,
         "train.eval_every": 0, "train.eval_episodes": 1, "train.tensorboard": False,
@@ -97,7 +97,7 @@ class TestAtariReplayBytes:
 
 
 def test_sac_trains_on_rendered_frames(tmp_path, monkeypatch):
-    """SAC on Pendulum's rendered frames, 48x48 RGB (``orin_rl.image_envs:rendered``): the
+    """SAC on Pendulum's rendered frames, 48x48 RGB (``orin_rl.envs.images:rendered``): the
     actor and each Q network take the uint8 frames through an image
     encoder of their own, the replay holds uint8, and the run trains, checkpoints and
     evaluates."""
@@ -117,7 +117,7 @@ def test_sac_trains_on_rendered_frames(tmp_path, monkeypatch):
     cfg = Config()
     values = {
         "env.env_id": "Pendulum-v1", "env.num_envs": 1, "env.kwargs": {"render_mode": "rgb_array"},
-        "env.wrappers": [{"wrapper": "orin_rl.image_envs:rendered", "kwargs": {"size": 48}}],
+        "env.wrappers": [{"wrapper": "orin_rl.envs.images:rendered", "kwargs": {"size": 48}}],
         "env.max_episode_steps": 40, "train.algo": "sac", "sac.buffer_size": 1000,
         "sac.learning_starts": 64, "sac.batch_size": 16,
         "sac.hidden_sizes": [32], "train.device": "cpu", "train.total_steps": 96,
@@ -405,7 +405,7 @@ def test_rendered_frames_come_in_shapes_an_image_encoder_takes(kwargs, shape):
     """Pendulum's rendered frames, resized to 32: RGB, grey (a channel axis kept), a grey
     stack; a stack of RGB frames (4 axes) is refused in one line."""
     pytest.importorskip("pygame")  # classic control's renderer
-    from orin_rl.image_envs import rendered
+    from orin_rl.envs.images import rendered
     from orin_rl.models.cnn import image_encoder_kind
 
     env = rendered(gym.make("Pendulum-v1", render_mode="rgb_array"), size=32, **kwargs)

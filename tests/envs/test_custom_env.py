@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from orin_rl import cli, envs
-from orin_rl.env_factory import make_env
+from orin_rl.envs.factory import make_env
 from tests.conftest import REQUIRE_TEST_TOOLS
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "docs" / "examples"
@@ -138,12 +138,33 @@ def test_video_of_the_custom_env(in_examples, tmp_path, capsys):
 def test_custom_module_is_found_in_the_current_folder(in_examples, monkeypatch):
     """The orin-rl script does not put the current folder on sys.path; the env's module is
     looked for there after the path (appended: nothing installed is shadowed)."""
-    from orin_rl.env_factory import import_module
+    from orin_rl.envs.factory import import_module
 
     monkeypatch.delitem(sys.modules, "goal_seek", raising=False)
     monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(EXAMPLES))])
     assert import_module("goal_seek", ENV_ID).__file__ == str(EXAMPLES / "goal_seek.py")
     assert sys.path[-1] == str(EXAMPLES)
+
+
+def test_a_config_naming_the_former_image_envs_module_still_works():
+    """The pixel wrappers moved from ``orin_rl.image_envs`` to ``orin_rl.envs.images``: a config
+    written before (``orin_rl.image_envs:rendered``) makes the same env as the new name."""
+    pytest.importorskip("pygame")  # classic control's renderer
+    from orin_rl.envs import images
+    from orin_rl.envs.factory import PROJECT_MODULES, import_object
+
+    assert PROJECT_MODULES["orin_rl.image_envs"]() is images
+    for name in ("atari", "minatar", "rendered"):
+        found = import_object(f"orin_rl.image_envs:{name}", "env.wrappers[0]")
+        assert found is getattr(images, name)
+    shapes = []
+    for module in ("orin_rl.image_envs", "orin_rl.envs.images"):
+        wrapper = {"wrapper": f"{module}:rendered", "kwargs": {"size": 16, "grey": True}}
+        config = {"kwargs": {"render_mode": "rgb_array"}, "wrappers": [wrapper]}
+        env = make_env("Pendulum-v1", config)
+        shapes.append(env.reset(seed=0)[0].shape)
+        env.close()
+    assert shapes == [(16, 16, 1), (16, 16, 1)]
 
 
 def test_several_agents_evaluate_with_the_wrappers(tmp_path):

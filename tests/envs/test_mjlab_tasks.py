@@ -12,7 +12,7 @@ if os.environ.get("ORIN_RL_REQUIRE_MJLAB") == "1":  # CI: the mjlab extra must b
 else:
     pytest.importorskip("mjlab", reason="needs the mjlab extra: pip install -e '.[mjlab]'")
 
-from orin_rl import env_backends
+from orin_rl.envs import backends as env_backends
 from orin_rl.envs.base import EnvOptions
 from orin_rl.envs.mjlab import MjlabVecEnv, import_mjlab, task_ids
 from orin_rl.envs.mjlab.tasks import REAL_G1_FLAT

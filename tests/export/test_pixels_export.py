@@ -30,7 +30,7 @@ def minatar_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("minatar") / "run"
     cfg = C.Config()
     values = {
-        "env.env_id": "MinAtar/Breakout-v1", "env.wrappers": ["orin_rl.image_envs:minatar"],
+        "env.env_id": "MinAtar/Breakout-v1", "env.wrappers": ["orin_rl.envs.images:minatar"],
         "env.num_envs": 4, "ppo.num_steps": 32, "ppo.num_minibatches": 2,
         "ppo.hidden_sizes": [], "train.total_steps": 256, "train.eval_episodes": 1,
         "train.tensorboard": False, "train.eval_every": 0,

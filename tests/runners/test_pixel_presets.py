@@ -100,7 +100,7 @@ def test_a_lost_life_ends_a_training_episode_and_the_game_goes_on():
     new game; the evaluation's wrappers play the whole game as one episode."""
     require_pixels("ale_py", "ale-py is in the pixels extra")
     require_pixels("cv2", "AtariPreprocessing needs OpenCV (the pixels extra)")
-    from orin_rl.env_factory import make_env
+    from orin_rl.envs.factory import make_env
 
     cfg = _config("ALE/Breakout-v5")
     env_config = {"kwargs": cfg.env.kwargs, "wrappers": cfg.env.train_wrappers}

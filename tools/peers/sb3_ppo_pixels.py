@@ -1,5 +1,5 @@
 """Stable-Baselines3 PPO on MinAtar's uint8 frames with orin_rl's MinAtar preset: the same
-frames (``orin_rl.image_envs.minatar``), the same network (``orin_rl.models.cnn.ImageEncoder``
+frames (``orin_rl.envs.images.minatar``), the same network (``orin_rl.models.cnn.ImageEncoder``
 as SB3's features extractor, one for the actor and one for the critic, linear heads on its 128
 features, SB3's own orthogonal init) and the same PPO settings (16 envs x 128 steps, 4 epochs of
 4 minibatches, lr 5e-4 annealed to 0, clip 0.2 on the policy and the value, entropy 0.01).
@@ -21,7 +21,7 @@ from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
 
 from orin_rl.config.presets import PRESETS
-from orin_rl.env_factory import make_env
+from orin_rl.envs.factory import make_env
 from orin_rl.models.cnn import ImageEncoder
 
 

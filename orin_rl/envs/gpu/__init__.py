@@ -61,7 +61,7 @@ def make_gpu(
 
 
 def make_vec_env(env_id: str, num_envs: int, device: torch.device | str, options: Any) -> Any:
-    """The ``gpu`` backend (``orin_rl.env_backends``); ``options`` is an ``EnvOptions``, of
+    """The ``gpu`` backend (``orin_rl.envs.backends``); ``options`` is an ``EnvOptions``, of
     which the gymnasium-only ones (vectorization, worker time-out) do not apply."""
     from orin_rl.envs.base import EnvError
 

@@ -492,7 +492,7 @@ class MjlabVecEnv(VecEnv):
 def make_vec_env(
     env_id: str, num_envs: int, device: torch.device | str, options: EnvOptions
 ) -> MjlabVecEnv:
-    """The ``mjlab`` backend (``orin_rl.env_backends``)."""
+    """The ``mjlab`` backend (``orin_rl.envs.backends``)."""
     if options.kwargs or options.wrappers:
         raise EnvError(
             "env.kwargs and env.wrappers apply to gymnasium envs; an mjlab task is configured "
