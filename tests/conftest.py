@@ -51,7 +51,7 @@ HEAVY_MODULES = {
     "tests/runners/test_locomotion_training.py": 36,
     "tests/runners/test_distributed.py": 34,
     "tests/envs/test_mjlab_cameras.py": 31,
-    "tests/algorithms/test_fused.py": 30,
+    "tests/algorithms/test_fused.py": 42,
     "tests/robot/test_deploy_readme.py": 23,
     "tests/envs/test_mjlab_masked.py": 20,
     "tests/envs/test_mjlab_noise.py": 19,

@@ -152,10 +152,10 @@ class PPOConfig:
     fused: Literal["auto", "on", "off"] = "auto"
     """Fused PPO kernels (orin_rl.algorithms.fused: the whole rollout in one kernel, the
     update in a few launches per minibatch step, its gradients as ``fused_grads`` says;
-    CartPole-v1 on the gpu backend): ``auto`` uses them on a CUDA learner wherever they apply,
-    logs why not otherwise and falls back to the general path if they fail to compile; ``on``
-    demands them (an error names what is missing; on a CPU box in Numba's CUDA simulator);
-    ``off`` keeps the general path (docs/fused.md)."""
+    CartPole-v1, MountainCar-v0 and Acrobot-v1 on the gpu backend): ``auto`` uses them on a
+    CUDA learner wherever they apply, logs why not otherwise and falls back to the general
+    path if they fail to compile; ``on`` demands them (an error names what is missing; on a
+    CPU box in Numba's CUDA simulator); ``off`` keeps the general path (docs/fused.md)."""
     fused_grads: Literal["auto", "kernel", "gemm"] = "kernel"
     """Who computes the fused update's gradients: ``kernel``, the gradient kernel (a block per
     slice of an agent's minibatch; up to 2048 samples per agent, hidden layers up to 128

@@ -3,8 +3,8 @@
 - **general**: the loop below, eagerly, on any env backend;
 - **graphs** (``train.cuda_graphs``): the first iteration runs eagerly on a side stream, then
   one whole iteration is captured in a CUDA graph and replayed (``runners.graphs``);
-- **fused** (``ppo.fused``): CartPole's rollout and PPO's update in Numba kernels
-  (``algorithms.fused``), also replayable as one graph;
+- **fused** (``ppo.fused``): the rollout (CartPole, MountainCar or Acrobot) and PPO's update
+  in Numba kernels (``algorithms.fused``), also replayable as one graph;
 - **many agents** (``train.num_agents``): N independent PPO agents as one batched program.
 """
 

@@ -2,12 +2,16 @@
 
 Without a GPU the kernels run in Numba's CUDA simulator (small shapes and thread counts); on
 the H200 the same tests run them on the device at the production thread counts. References are
-float64: the torch CartPole, the torch policy and PPO._minibatch_step + torch's Adam.
+float64: the torch env (CartPole, and MountainCar and Acrobot for the other tasks), the torch
+policy and PPO._minibatch_step + torch's Adam.
 """
 
 from __future__ import annotations
 
 import copy
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -16,9 +20,16 @@ from orin_rl import config as C
 from orin_rl.algorithms import PPO, fused
 from orin_rl.algorithms.ppo_multi import MultiAgentPPO
 from orin_rl.buffers import Batch, RolloutBuffer
-from orin_rl.envs.gpu.classic import CartPole
+from orin_rl.envs.gpu.classic import (
+    Acrobot,
+    CartPole,
+    MountainCar,
+    MountainCarContinuous,
+    Pendulum,
+)
 from orin_rl.models import ActorCritic, PolicySpec
 from orin_rl.models.batched import BatchedActorCritic
+from tests.algorithms.test_fused_ptx import _nvvm_available
 from tests.conftest import HAS_CUDA
 
 DEVICE = torch.device("cuda" if HAS_CUDA else "cpu")
@@ -26,7 +37,7 @@ THREADS = None if HAS_CUDA else (16, 32)  # the simulator runs every thread in P
 
 
 def _setup(rng, num_agents, num_envs, num_steps, hidden, activation="tanh", minibatches=2,
-           max_steps=500, **ppo):  # fmt: skip
+           max_steps=500, env_cls=CartPole, **ppo):  # fmt: skip
     torch.manual_seed(int(rng.integers(2**31)))
     cfg = C.Config()
     cfg.env.num_envs = num_envs
@@ -36,7 +47,7 @@ def _setup(rng, num_agents, num_envs, num_steps, hidden, activation="tanh", mini
     cfg.ppo.activation = activation
     for key, value in ppo.items():
         setattr(cfg.ppo, key, value)
-    env = CartPole(num_agents * num_envs, DEVICE, max_episode_steps=max_steps)
+    env = env_cls(num_agents * num_envs, DEVICE, max_episode_steps=max_steps)
     env.reset(seed=int(rng.integers(2**31)))
     spec = PolicySpec.from_spaces(env.observation_space, env.action_space,
                                   hidden_sizes=list(hidden), activation=activation)  # fmt: skip
@@ -44,8 +55,8 @@ def _setup(rng, num_agents, num_envs, num_steps, hidden, activation="tanh", mini
     policy = policy.to(DEVICE)
     for p in policy.parameters():  # bigger than the orthogonal init: actions vary, values too
         p.data.copy_(torch.randn_like(p) * 0.5)
-    buf = RolloutBuffer(num_steps, num_agents * num_envs, (4,), (), torch.int64, DEVICE,
-                        "auto", minibatches)  # fmt: skip
+    buf = RolloutBuffer(num_steps, num_agents * num_envs, env.observation_space.shape, (),
+                        torch.int64, DEVICE, "auto", minibatches)  # fmt: skip
     cls = MultiAgentPPO if num_agents > 1 else PPO
     algo = cls(policy, buf, cfg.ppo, 10, DEVICE)
     return cfg, env, policy, buf, algo
@@ -63,19 +74,34 @@ def _forward64(policy, obs, num_agents):
     return p64.actor(x), p64.critic(x).squeeze(-1)
 
 
+def _reset_states(env, u):
+    """The states a reset draws from the uniforms ``u`` (envs, reset uniforms) as the kernels
+    take them: one a state variable whose range is not a point, in order."""
+    low, high = (torch.tensor(b, dtype=torch.float64) for b in (env._reset_low, env._reset_high))
+    cols, i = [], 0
+    for lo, hi in zip(low, high, strict=True):
+        cols.append(lo + (hi - lo) * u[:, i] if hi > lo else lo.expand(u.shape[0]))
+        i += int(hi > lo)
+    return torch.stack(cols, -1)
+
+
 def _reference_rollout(policy, env, rand, num_agents, num_steps, gamma, lam):
-    """The general path's semantics in float64: actions by inverse CDF of the same uniforms."""
-    sim = CartPole(env.num_envs, "cpu", dtype=torch.float64)
+    """The general path's semantics in float64, the torch env's dynamics (``env``'s class):
+    actions by inverse CDF of the same uniforms, resets from the same uniforms."""
+    sim = type(env)(env.num_envs, "cpu", dtype=torch.float64)
     state = env.state.double().cpu().clone()
     elapsed = env.elapsed.cpu().clone()
     ep_ret = env.stats.episode_return.cpu().clone()
     rand = rand.double().cpu()
-    out = {k: [] for k in ("obs", "actions", "logprobs", "values", "terminated", "episode_end",
-                           "bootstrap")}  # fmt: skip
+    out = {k: [] for k in ("obs", "actions", "logprobs", "values", "rewards", "terminated",
+                           "episode_end", "bootstrap")}  # fmt: skip
+    ep_len = env.stats.episode_length.cpu().clone()
     last_ret = torch.zeros(env.num_envs, dtype=torch.float64)
+    last_len = torch.zeros(env.num_envs, dtype=torch.int64)
     cpu_policy = copy.deepcopy(policy).cpu()
     for t in range(num_steps):
-        logits, values = _forward64(cpu_policy, state, num_agents)
+        obs = sim._observe(state)
+        logits, values = _forward64(cpu_policy, obs, num_agents)
         logp_all = torch.log_softmax(logits, -1)
         cdf = logp_all.exp().cumsum(-1)
         actions = (rand[t, :, :1] >= cdf).sum(-1).clamp(max=logits.shape[-1] - 1)
@@ -83,32 +109,37 @@ def _reference_rollout(policy, env, rand, num_agents, num_steps, gamma, lam):
         elapsed = elapsed + 1
         trunc = elapsed >= env.max_episode_steps
         done = term | trunc
-        _, v_final = _forward64(cpu_policy, nxt, num_agents)
-        out["obs"].append(state.clone())
+        _, v_final = _forward64(cpu_policy, sim._observe(nxt), num_agents)
+        out["obs"].append(obs)
         out["actions"].append(actions)
         out["logprobs"].append(logp_all.gather(-1, actions[:, None]).squeeze(-1))
         out["values"].append(values)
+        out["rewards"].append(reward)
         out["terminated"].append(term)
         out["episode_end"].append(done)
         out["bootstrap"].append(torch.where(trunc & ~term, v_final, 0.0))
         ep_ret = ep_ret + reward
+        ep_len = ep_len + 1
         last_ret = torch.where(done, ep_ret, last_ret)
+        last_len = torch.where(done, ep_len, last_len)
         ep_ret = torch.where(done, 0.0, ep_ret)
-        reset = -0.05 + 0.1 * rand[t, :, 1:5]
+        ep_len = torch.where(done, 0, ep_len)
+        reset = _reset_states(sim, rand[t, :, 1:])
         state = torch.where(done[:, None], reset, nxt)
         elapsed = torch.where(done, 0, elapsed)
     ref = {k: torch.stack(v) for k, v in out.items()}
-    _, last_v = _forward64(cpu_policy, state, num_agents)
+    _, last_v = _forward64(cpu_policy, sim._observe(state), num_agents)
     adv = torch.zeros(num_steps, env.num_envs, dtype=torch.float64)
     carry = torch.zeros(env.num_envs, dtype=torch.float64)
     for t in reversed(range(num_steps)):
         nv = last_v if t == num_steps - 1 else ref["values"][t + 1]
         nv = torch.where(ref["episode_end"][t], ref["bootstrap"][t], nv)
-        delta = 1.0 + torch.where(ref["terminated"][t], 0.0, gamma * nv) - ref["values"][t]
+        bootstrap = torch.where(ref["terminated"][t], 0.0, gamma * nv)
+        delta = ref["rewards"][t] + bootstrap - ref["values"][t]
         carry = delta + torch.where(ref["episode_end"][t], 0.0, gamma * lam * carry)
         adv[t] = carry
     ref.update(advantages=adv, returns=adv + ref["values"], state=state, elapsed=elapsed,
-               last_ret=last_ret, ep_ret=ep_ret)  # fmt: skip
+               last_ret=last_ret, last_len=last_len, ep_ret=ep_ret, ep_len=ep_len)  # fmt: skip
     return ref
 
 
@@ -171,6 +202,89 @@ def test_rollout_kernel_advances_the_env_and_its_episode_stats(rng):
     assert len(returns) == 3 and returns == ref["last_ret"].tolist()
     assert lengths == [int(r) for r in returns]
     assert torch.equal(running, ref["ep_ret"])
+    assert env.pop_episode_stats() == ([], [])  # popped once
+
+
+def _mountain_car_edges(env):
+    """Half the envs just short of the goal, moving on (they terminate at once), the last one
+    driving into the left wall (stopped there)."""
+    env.state[: env.num_envs // 2] = torch.tensor([0.47, 0.04])
+    env.state[-1] = torch.tensor([-1.19, -0.05])
+
+
+def _acrobot_edges(env):
+    """Half the envs with the tip above the bar (they terminate at once), the last one turning
+    past pi (wrapped) too fast (its velocity bounded) in the last step of its episode."""
+    env.state[: env.num_envs // 2] = torch.tensor([2.6, 0.1, 0.5, 0.0])
+    env.state[-1] = torch.tensor([3.1, 0.0, 2.0, 30.0])
+    env.elapsed[-1] = 4
+
+
+@pytest.mark.parametrize(
+    "env_cls,edges,num_agents,num_envs",
+    [(MountainCar, _mountain_car_edges, 2, 3), (Acrobot, _acrobot_edges, 1, 5)],
+)
+def test_rollout_kernel_matches_the_torch_env_on_the_other_tasks(rng, env_cls, edges, num_agents,
+                                                                 num_envs):  # fmt: skip
+    """MountainCar-v0 and Acrobot-v1 (its observation not its state) in the rollout kernel
+    against the torch env's dynamics and the torch policy, float64, as CartPole above."""
+    steps = 9
+    cfg, env, policy, buf, algo = _setup(rng, num_agents, num_envs, steps, (8, 6), minibatches=1,
+                                         max_steps=5, env_cls=env_cls)  # fmt: skip
+    env.elapsed.copy_(torch.as_tensor(rng.integers(0, 5, env.num_envs)))
+    edges(env)
+    env.stats.episode_return.copy_(-env.elapsed.double())
+    env.stats.episode_length.copy_(env.elapsed)
+    run = fused.FusedPPO(algo, env, cfg, fused_update=False, threads=THREADS)
+    assert run.task is fused.TASKS[env_cls.env_id]
+    start = {"state": env.state.clone(), "elapsed": env.elapsed.clone(),
+             "ret": env.stats.episode_return.clone(), "len": env.stats.episode_length.clone()}  # fmt: skip
+    run.rollout()
+    env.state.copy_(start["state"])
+    env.elapsed.copy_(start["elapsed"])
+    env.stats.episode_return.copy_(start["ret"])
+    env.stats.episode_length.copy_(start["len"])
+    ref = _reference_rollout(policy, env, run.rand.clone(), num_agents, steps, cfg.ppo.gamma,
+                             cfg.ppo.gae_lambda)  # fmt: skip
+    got = {k: getattr(buf, k).cpu() for k in ("obs", "actions", "logprobs", "values", "rewards",
+                                              "terminated", "episode_end", "advantages",
+                                              "returns")}  # fmt: skip
+    assert ref["terminated"].any() and (ref["episode_end"] & ~ref["terminated"]).any()
+    assert got["obs"].shape[-1] == env.observation_space.shape[0]
+    for name in ("actions", "terminated", "episode_end"):
+        assert torch.equal(got[name], ref[name]), name
+    assert torch.equal(got["rewards"].double(), ref["rewards"])
+    for name in ("obs", "logprobs", "values", "advantages", "returns"):
+        torch.testing.assert_close(got[name].double(), ref[name], atol=2e-4, rtol=1e-4,
+                                   msg=name)  # fmt: skip
+    torch.testing.assert_close(buf.bootstrap_values.cpu().double(), ref["bootstrap"],
+                               atol=2e-4, rtol=1e-4)  # fmt: skip
+
+
+@pytest.mark.parametrize("env_cls", [MountainCar, Acrobot])
+def test_rollout_kernel_advances_the_other_tasks_and_their_episode_stats(rng, env_cls):
+    # 10 steps of a 4-step time limit: every env finishes two episodes and starts a third.
+    cfg, env, policy, _, algo = _setup(rng, 1, 3, 10, (8, 8), minibatches=1, max_steps=4,
+                                       env_cls=env_cls)  # fmt: skip
+    run = fused.FusedPPO(algo, env, cfg, fused_update=False, threads=THREADS)
+    stats = env.stats
+    before = [t.clone() for t in (env.state, env.elapsed, stats.episode_return,
+                                  stats.episode_length)]  # fmt: skip
+    run.rollout()
+    kernel_state, kernel_elapsed = env.state.cpu().clone(), env.elapsed.cpu().clone()
+    running = stats.episode_return.cpu().clone(), stats.episode_length.cpu().clone()
+    returns, lengths = env.pop_episode_stats()
+    for live, saved in zip((env.state, env.elapsed, stats.episode_return, stats.episode_length),
+                           before, strict=True):  # fmt: skip
+        live.copy_(saved)
+    ref = _reference_rollout(policy, env, run.rand, 1, 10, cfg.ppo.gamma, cfg.ppo.gae_lambda)
+    assert kernel_state.shape == (3, env_cls.state_dim)
+    torch.testing.assert_close(kernel_state.double(), ref["state"], atol=1e-5, rtol=1e-5)
+    assert torch.equal(kernel_elapsed, ref["elapsed"])
+    assert len(returns) == 3 and returns == ref["last_ret"].tolist()
+    assert lengths == ref["last_len"].tolist() == [4, 4, 4]
+    assert returns == [-4.0] * 3  # -1 a step: no episode reaches its goal from a reset
+    assert torch.equal(running[0], ref["ep_ret"]) and torch.equal(running[1], ref["ep_len"])
     assert env.pop_episode_stats() == ([], [])  # popped once
 
 
@@ -352,6 +466,98 @@ def test_blocker_names_what_is_missing():
     cfg.ppo.compile_update = True  # torch's update, compiled, behind the fused rollout
     assert "compile_update" in fused.update_blocker(cfg, spec)
     assert fused.blocker(cfg, env, policy, cuda, False) is None
+
+
+def test_blocker_takes_the_registered_tasks_and_names_the_rest():
+    cfg = C.Config()
+    cfg.ppo.fused = "auto"
+    cfg.env.backend = "gpu"
+    cuda = torch.device("cuda")
+
+    def blocker(env):
+        cfg.env.env_id = env.env_id
+        spec = PolicySpec.from_spaces(env.observation_space, env.action_space)
+        return fused.blocker(cfg, env, ActorCritic(spec), cuda, False)
+
+    assert set(fused.TASKS) == {"CartPole-v1", "MountainCar-v0", "Acrobot-v1"}
+    for cls in (CartPole, MountainCar, Acrobot):
+        env = cls(2, "cpu")
+        task = fused.TASKS[cls.fused_task]
+        assert task.task_id == cls.env_id
+        sizes = (env.observation_space.shape[0], cls.state_dim, env.action_space.n)
+        assert (task.obs_dim, task.state_dim, task.num_actions) == sizes
+        assert blocker(env) is None, cls.env_id
+    for cls in (Pendulum, MountainCarContinuous):  # a Gaussian head in no kernel
+        assert cls.fused_task is None
+        assert blocker(cls(2, "cpu")) == (
+            f"continuous actions ({cls.env_id}): the fused kernels' policy head is categorical"
+        )
+
+    class Unfused(CartPole):
+        fused_task = None
+
+    assert blocker(Unfused(2, "cpu")) == (
+        "the fused kernels cover CartPole-v1, MountainCar-v0, Acrobot-v1 on the gpu backend, "
+        "not CartPole-v1 (gpu)"
+    )
+    with pytest.raises(ValueError, match="no fused kernels for 'Pendulum-v1'"):
+        fused.device_task("Pendulum-v1")
+
+
+def test_kernels_are_built_per_task():
+    """The rollout kernel of each task: the in-process cache keys on it (Numba's disk cache on
+    the device functions the kernel captures)."""
+    mc = fused.TASKS["MountainCar-v0"]
+    twin = mc._replace(task_id="MountainCar-twin")
+    shape = (2, 8, 6, 3, "tanh", False, 1, 4, 16, 32)
+    a = fused.build_kernels(*shape, mc, cache=False)
+    assert fused.build_kernels(*shape, mc, cache=False) is a
+    assert fused.build_kernels(*shape, twin, cache=False).rollout is not a.rollout
+    with pytest.raises(ValueError, match="Acrobot-v1 has 6 observations and 3 actions"):
+        fused.build_kernels(*shape, fused.TASKS["Acrobot-v1"], cache=False)
+
+
+PTX_SCRIPT = """
+import re, sys
+import numba.cuda.dispatcher as dispatcher
+from numba import cuda, types as T
+
+class Device:  # device functions ask the current device for its compute capability
+    compute_capability = (8, 7)
+
+dispatcher.get_current_device = lambda: Device()
+from orin_rl.algorithms import fused
+
+def arr(dtype, ndim):
+    return T.Array(dtype, ndim, "C")
+
+f1, f2, f3 = arr(T.float32, 1), arr(T.float32, 2), arr(T.float32, 3)
+i1, d1, b1, b2 = arr(T.int64, 1), arr(T.float64, 1), arr(T.boolean, 1), arr(T.boolean, 2)
+sig = (f1, f2, i1, d1, i1, d1, i1, b1, f3, f3, arr(T.int64, 2), f2, f2, f2, b2, b2, f2, f2, f2,
+       f2, T.float32, T.float32, T.int64, T.int64, T.int64)
+for task_id in sys.argv[1:]:
+    task = fused.TASKS[task_id]
+    kernels = fused.build_kernels(task.obs_dim, 64, 64, task.num_actions, "tanh", False, 1, 8,
+                                  fused.ROLLOUT_THREADS, fused.UPDATE_THREADS, task, cache=False)
+    ptx, _ = cuda.compile_ptx(kernels.rollout.py_func, sig, cc=Device.compute_capability)
+    pattern = r"\\.shared \\.align \\d+ \\.b8 \\w+\\[(\\d+)\\]"
+    print(task_id, sum(int(n) for n in re.findall(pattern, ptx)))
+"""
+
+
+@pytest.mark.skipif(not _nvvm_available(), reason="libNVVM not installed (CPU-only torch)")
+def test_the_other_tasks_rollout_kernels_compile_for_cuda():
+    """The simulator runs Python that the CUDA compiler may refuse (the builtin ``max`` of two
+    floats, say): the new tasks' rollout kernels for sm_87 (Orin), 64x64, within 48 KiB of
+    static shared memory (test_fused_ptx.py compiles CartPole's every kernel)."""
+    env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "0"}
+    tasks = ["MountainCar-v0", "Acrobot-v1"]
+    proc = subprocess.run([sys.executable, "-c", PTX_SCRIPT, *tasks], env=env,
+                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    shared = dict(line.split() for line in proc.stdout.splitlines() if line.split()[0] in tasks)
+    assert shared.keys() == set(tasks)
+    assert all(int(n) <= 48 * 1024 for n in shared.values()), shared
 
 
 def test_kernels_compile_uncached_where_numba_cannot_cache(rng, monkeypatch, caplog):

@@ -9,7 +9,8 @@ is 66 GPU ops and takes 2.19 ms (profile_fused_h200.md); docs/fused.md has the m
 
 - ``rollout`` kernel (rollout.py): grid = agents x env chunks, a block runs its envs for all
   ``num_steps``: the actor and critic forward passes, the categorical draw, the env step (the
-  task's device functions: cartpole.py behind task.py's interface), the time limit,
+  task's device functions behind task.py's interface: cartpole.py, mountain_car.py and
+  acrobot.py, registered in tasks.py), the time limit,
   auto-reset, the episode statistics, every buffer field, the value of the true final
   observation where an episode was truncated, and GAE at the end.
 - update: ``prepare`` (update.py) normalises the advantages; then per minibatch step either
@@ -24,7 +25,8 @@ is 66 GPU ops and takes 2.19 ms (profile_fused_h200.md); docs/fused.md has the m
   agent; above that the fused rollout feeds torch's update.
 
 Scope (``blocker`` names what is missing, and the trainer logs it and runs the general path):
-CartPole-v1 on the GPU-native backend (float32), a categorical policy with two hidden layers
+CartPole-v1, MountainCar-v0 and Acrobot-v1 on the GPU-native backend (float32; the tasks of
+``tasks.TASKS``), a categorical policy with two hidden layers
 (tanh or relu) whose weights fit in a block's 48 KiB of static shared memory, fp32, no
 observation/reward normalisation, no ``target_kl``, one process, the rollout buffer on the
 device (or managed).
@@ -38,8 +40,8 @@ The package: this module holds what the trainer calls (the checks ``blocker``,
 settings tests and tools change at run time (``MAX_FUSED_MINIBATCH``, ``ROLLOUT_THREADS``,
 ``UPDATE_THREADS``, read here); ``kernels`` compiles and caches the kernels of a policy shape
 (``build_kernels``); ``shapes`` has the sizes, ``device`` the shared device functions, ``task``
-and ``cartpole`` the env side of the rollout, and ``rollout``, ``grads`` and ``update`` the
-kernels.
+(the interface), ``cartpole``, ``mountain_car``, ``acrobot`` and ``tasks`` (the registry) the
+env side of the rollout, and ``rollout``, ``grads`` and ``update`` the kernels.
 """
 
 from __future__ import annotations
@@ -51,7 +53,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from orin_rl.algorithms.fused.cartpole import CARTPOLE
 from orin_rl.algorithms.fused.kernels import FusedKernels as FusedKernels
 from orin_rl.algorithms.fused.kernels import build_kernels as build_kernels
 from orin_rl.algorithms.fused.shapes import CHUNK, ENVS_PER_BLOCK, SHARED_FLOATS
@@ -60,6 +61,8 @@ from orin_rl.algorithms.fused.shapes import param_layout as param_layout
 from orin_rl.algorithms.fused.shapes import parts_per_agent as parts_per_agent
 from orin_rl.algorithms.fused.shapes import reduce_blocks as reduce_blocks
 from orin_rl.algorithms.fused.shapes import shared_floats as shared_floats
+from orin_rl.algorithms.fused.tasks import TASKS as TASKS
+from orin_rl.algorithms.fused.tasks import device_task
 from orin_rl.algorithms.gemm_update import GemmGrads
 from orin_rl.buffers import ops
 from orin_rl.models import profile as profiles
@@ -70,7 +73,6 @@ MAX_FUSED_MINIBATCH = 2048
 """Largest per-agent minibatch the update kernels take (above it, torch's GEMMs)."""
 ROLLOUT_THREADS = 128
 UPDATE_THREADS = 256  # a power of two (tree reductions), at least 2 x the widest hidden layer
-UNIFORMS_PER_STEP = 1 + CARTPOLE.reset_uniforms  # one for the action, four for a reset state
 
 
 def blocker(cfg: Any, env: Any, policy: torch.nn.Module, device: torch.device,
@@ -84,12 +86,13 @@ def blocker(cfg: Any, env: Any, policy: torch.nn.Module, device: torch.device,
         (ppo.fused == "off", "ppo.fused is off"),
         (device.type != "cuda" and not (ppo.fused == "on" and memory.cuda_simulated()),
          "the learner is not on CUDA"),
-        (env.fused_task != CARTPOLE.task_id, f"the fused kernels cover CartPole-v1 on the gpu "
-                                          f"backend, not {cfg.env.env_id} ({cfg.env.backend})"),
+        (spec.action_kind != "discrete", f"continuous actions ({cfg.env.env_id}): the fused "
+                                         "kernels' policy head is categorical"),
+        (env.fused_task not in TASKS, f"the fused kernels cover {', '.join(TASKS)} on the gpu "
+                                      f"backend, not {cfg.env.env_id} ({cfg.env.backend})"),
         (env.dtype != torch.float32, "a float64 env"),
         (device.type == "cuda" and cfg.buffer.placement in ("host", "pinned"),
          f"buffer placement {cfg.buffer.placement} keeps the rollout in host memory"),
-        (spec.action_kind != "discrete", "continuous actions"),
         (len(spec.hidden_sizes) != 2, "the fused kernels take two hidden layers"),
         (spec.obs_groups is not None or spec.critic_hidden_sizes is not None,
          "an asymmetric actor-critic"),
@@ -109,7 +112,7 @@ def blocker(cfg: Any, env: Any, policy: torch.nn.Module, device: torch.device,
         if failed:
             return reason
     dims = _dims(spec)
-    if shared_floats(*dims, 1, CHUNK)[0] > SHARED_FLOATS:
+    if shared_floats(*dims, 1, CHUNK, TASKS[env.fused_task].state_dim)[0] > SHARED_FLOATS:
         return f"a policy of {spec.hidden_sizes} does not fit in a block's shared memory"
     return None
 
@@ -178,18 +181,21 @@ class FusedPPO:
         self.num_envs = env.num_envs // self.num_agents  # per agent
         self.device = algo.device
         self.dims = _dims(spec)
+        self.task = device_task(env.fused_task)
+        """The env's dynamics in the rollout kernel (tasks.py)."""
         self.params = module_params(policy)
         self.flat = self._bind_flat(self.params)
         # as many envs per block as fit in shared memory, at most ENVS_PER_BLOCK
+        state_dim = self.task.state_dim
         self.envs_per_block = max(
             [e for e in range(1, min(ENVS_PER_BLOCK, self.num_envs) + 1)
-             if shared_floats(*self.dims, e, CHUNK)[0] <= SHARED_FLOATS] or [1]
+             if shared_floats(*self.dims, e, CHUNK, state_dim)[0] <= SHARED_FLOATS] or [1]
         )  # fmt: skip
         self.chunks = math.ceil(self.num_envs / self.envs_per_block)
         rt, ut = threads or (ROLLOUT_THREADS, UPDATE_THREADS)
         self.threads = (rt, ut)
         shape = (*self.dims, spec.activation, self.num_agents > 1, self.num_agents,
-                 self.envs_per_block, rt, ut)  # fmt: skip
+                 self.envs_per_block, rt, ut, self.task)  # fmt: skip
         try:
             self.kernels = build_kernels(*shape)
         except RuntimeError as exc:  # Numba finds no writable cache folder (read-only install)
@@ -201,7 +207,8 @@ class FusedPPO:
             self.kernels = build_kernels(*shape, cache=False)
         buf = algo.buffer
         T, K, N = buf.num_steps, self.num_agents, self.num_envs
-        self.rand = torch.zeros(T, K * N, UNIFORMS_PER_STEP, device=self.device)
+        # per step and env: one uniform for the action, the task's for a reset state
+        self.rand = torch.zeros(T, K * N, 1 + self.task.reset_uniforms, device=self.device)
         view = ops.numba_view
         st = env.stats
         self._rollout_args = [

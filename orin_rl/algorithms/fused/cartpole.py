@@ -2,8 +2,9 @@
 as the device functions of a ``DeviceTask`` (task.py), the kernel-side twin of
 ``orin_rl.envs.gpu.classic.CartPole`` (same order of operations).
 
-The state (x, x_dot, theta, theta_dot) is the observation; a step rewards 1, the falling step
-included; a reset draws each state variable uniformly from [-0.05, 0.05).
+The state (x, x_dot, theta, theta_dot) is the observation (``observe`` copies it); a step
+rewards 1, the falling step included; a reset draws each state variable uniformly from
+[-0.05, 0.05).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import math
 from numba import cuda
 
 from orin_rl.algorithms.fused.shapes import F32, ONE
-from orin_rl.algorithms.fused.task import DeviceTask
+from orin_rl.algorithms.fused.task import DeviceTask, copy_observe
 
 GRAVITY, MASSPOLE, TOTAL_MASS = F32(9.8), F32(0.1), F32(1.1)
 LENGTH, POLEMASS_LENGTH, FORCE, TAU = F32(0.5), F32(0.05), F32(10.0), F32(0.02)
@@ -52,4 +53,4 @@ def step(state, e, a):
 
 
 CARTPOLE = DeviceTask("CartPole-v1", obs_dim=4, num_actions=2, reset_uniforms=4, reset=reset,
-                      step=step)  # fmt: skip
+                      step=step, state_dim=4, observe=copy_observe(4))  # fmt: skip

@@ -8,7 +8,10 @@ draws what it would have.
 
 The kernel is assembled from device functions by meaning: the policy's (``policy_functions``:
 weights into shared memory, the forward pass over a block's envs, the draw of an action) and
-the env's (``env_functions``: one env's step with its bookkeeping, GAE).
+the env's (``env_functions``: one env's step with its bookkeeping, GAE). Each env's state and
+its observation live in two shared-memory rows (the task's ``state_dim`` and ``obs_dim``
+floats): the task steps and resets the state, and ``observe`` writes the observation the
+policy reads.
 """
 
 from __future__ import annotations
@@ -111,8 +114,8 @@ def policy_functions(s: Shape, dev: Device) -> tuple[Any, Any, Any]:
 def env_functions(s: Shape, task: DeviceTask) -> tuple[Any, Any]:
     """The rollout's env side: ``step_env`` (one env's step, time limit, episode statistics
     and auto-reset) and ``gae`` (its advantages and returns after the last step)."""
-    D, A = s.D, s.A
-    reset, step = task.reset, task.step
+    A = s.A
+    reset, step, observe = task.reset, task.step, task.observe
 
     @cuda.jit(device=True, inline=True)
     def count_episode(last_ret, last_len, finished, g, reward, done, ret, length):
@@ -129,12 +132,13 @@ def env_functions(s: Shape, task: DeviceTask) -> tuple[Any, Any]:
         return ret, length
 
     @cuda.jit(device=True, inline=True)
-    def step_env(xs, fin, need, flag, rand, rewards_b, term_b, end_b, boot_b, last_ret,
+    def step_env(ss, xs, fin, need, flag, rand, rewards_b, term_b, end_b, boot_b, last_ret,
                  last_len, finished, t, e, g, a, steps, ret, length, max_steps):  # fmt: skip
-        """Env e (row e of ``xs``, index g) takes action a at step t: its buffer fields, its
-        true final observation into ``fin`` (``need[e]``, ``flag``) where the time limit cut
-        the episode, a reset where it ended. The env's new (steps, ret, length)."""
-        reward, terminated = step(xs, e, a)
+        """Env e (row e of the states ``ss`` and observations ``xs``, index g) takes action a
+        at step t: its buffer fields, its true final observation into ``fin`` (``need[e]``,
+        ``flag``) where the time limit cut the episode, a reset where it ended, and the
+        observation of its new state. The env's new (steps, ret, length)."""
+        reward, terminated = step(ss, e, a)
         steps += 1
         truncated = steps >= max_steps
         done = terminated or truncated
@@ -145,13 +149,13 @@ def env_functions(s: Shape, task: DeviceTask) -> tuple[Any, Any]:
         ret, length = count_episode(last_ret, last_len, finished, g, reward, done, ret, length)
         need[e] = 0
         if truncated and not terminated:  # bootstrap from V(true final observation)
-            for i in range(D):
-                fin[e, i] = xs[e, i]
+            observe(ss, e, fin)
             need[e] = 1
             flag[0] = 1
         if done:
-            reset(xs, e, rand, t, g)
+            reset(ss, e, rand, t, g)
             steps = 0
+        observe(ss, e, xs)
         return steps, ret, length
 
     @cuda.jit(device=True, inline=True)
@@ -181,6 +185,7 @@ def rollout_kernel(s: Shape, dev: Device, task: DeviceTask, use_cache: bool) -> 
     if (task.obs_dim, task.num_actions) != (D, A):
         raise ValueError(f"{task.task_id} has {task.obs_dim} observations and "
                          f"{task.num_actions} actions, not the policy's {D} and {A}")  # fmt: skip
+    S, observe = task.state_dim, task.observe
     load_weights, forward_envs, sample = policy_functions(s, dev)
     step_env, gae = env_functions(s, task)
     f32 = numba.float32
@@ -197,6 +202,7 @@ def rollout_kernel(s: Shape, dev: Device, task: DeviceTask, use_cache: bool) -> 
             n = E
         g0 = k * n_envs + e0
         ws = cuda.shared.array(P, f32)
+        ss = cuda.shared.array((E, S), f32)
         xs = cuda.shared.array((E, D), f32)
         fin = cuda.shared.array((E, D), f32)
         h1s = cuda.shared.array((E, W2H1), f32)
@@ -205,14 +211,15 @@ def rollout_kernel(s: Shape, dev: Device, task: DeviceTask, use_cache: bool) -> 
         need = cuda.shared.array(E, numba.int32)
         flag = cuda.shared.array(1, numba.int32)
         load_weights(params, ws, k, tid)
-        # Each env's state lives in shared memory (the task's observation is its state) and its
-        # counters in its thread's registers for the whole rollout; written back at the end.
+        # Each env's state and observation live in shared memory and its counters in its
+        # thread's registers for the whole rollout; written back at the end.
         steps = 0
         ret = 0.0
         length = 0
         if tid < n:
-            for i in range(D):
-                xs[tid, i] = state[g0 + tid, i]
+            for i in range(S):
+                ss[tid, i] = state[g0 + tid, i]
+            observe(ss, tid, xs)
             steps = elapsed[g0 + tid]
             ret = ep_ret[g0 + tid]
             length = ep_len[g0 + tid]
@@ -232,9 +239,9 @@ def rollout_kernel(s: Shape, dev: Device, task: DeviceTask, use_cache: bool) -> 
                 actions_b[t, g] = a
                 logp_b[t, g] = outs[e, a] - lse
                 values_b[t, g] = outs[e, A]
-                steps, ret, length = step_env(xs, fin, need, flag, rand, rewards_b, term_b, end_b,
-                                              boot_b, last_ret, last_len, finished, t, e, g, a,
-                                              steps, ret, length, max_steps)  # fmt: skip
+                steps, ret, length = step_env(ss, xs, fin, need, flag, rand, rewards_b, term_b,
+                                              end_b, boot_b, last_ret, last_len, finished, t, e,
+                                              g, a, steps, ret, length, max_steps)  # fmt: skip
             cuda.syncthreads()
             if flag[0] != 0:  # the same shared value for every thread: a uniform branch
                 forward_envs(ws, fin, n, h1s, h2s, outs, tid)
@@ -245,8 +252,8 @@ def rollout_kernel(s: Shape, dev: Device, task: DeviceTask, use_cache: bool) -> 
         forward_envs(ws, xs, n, h1s, h2s, outs, tid)
         if tid < n:
             g = g0 + tid
-            for i in range(D):
-                state[g, i] = xs[tid, i]
+            for i in range(S):
+                state[g, i] = ss[tid, i]
             elapsed[g] = steps
             ep_ret[g] = ret
             ep_len[g] = length

@@ -47,13 +47,15 @@ def module_params(policy: torch.nn.Module) -> list[torch.nn.Parameter]:
 
 
 def shared_floats(obs_dim: int, h1: int, h2: int, num_actions: int, envs_per_block: int,
-                  chunk: int) -> tuple[int, int]:  # fmt: skip
+                  chunk: int, state_dim: int | None = None) -> tuple[int, int]:  # fmt: skip
     """Shared-memory floats of a (rollout, update) block: the rollout holds every parameter and
-    its envs' activations, the update the two W2 (rows padded), a chunk's activations and the
-    other parameters' gradients."""
+    its envs' states (``state_dim`` floats each, default ``obs_dim``), observations and
+    activations, the update the two W2 (rows padded), a chunk's activations and the other
+    parameters' gradients."""
     d, a1 = obs_dim, num_actions + 1
+    s = d if state_dim is None else state_dim
     params = sum(max(n_in, 1) * n_out for n_in, n_out in param_layout(d, h1, h2, num_actions))
-    rollout = params + envs_per_block * (2 * d + 2 * h1 + 2 * h2 + a1) + envs_per_block
+    rollout = params + envs_per_block * (s + 2 * d + 2 * h1 + 2 * h2 + a1) + envs_per_block
     small = params - 2 * h1 * h2  # gradients of all but the W2s
     shared_params = small - 2 * d * h1  # biases and heads (the W1s are read from global)
     update = (2 * h1 * (h2 + 1) + chunk * (d + 2 * h1 + 2 * h2 + a1 + 5) + small

@@ -65,10 +65,10 @@ class Acrobot(TorchVecEnv):
     dt = 0.2 per action, angles wrapped to [-pi, pi], velocities bounded."""
 
     env_id = "Acrobot-v1"
+    fused_task = "Acrobot-v1"  # algorithms/fused/acrobot.py implements these dynamics
     max_episode_steps_default = 500
     state_dim = 4
-    _reset_low = (-0.1,) * 4
-    _reset_high = (0.1,) * 4
+    _reset_low, _reset_high = (-0.1,) * 4, (0.1,) * 4
     dt = 0.2
     m1 = m2 = l1 = 1.0
     lc1 = lc2 = 0.5
@@ -180,6 +180,7 @@ class MountainCar(_MountainCarBase):
     """MountainCar-v0: state (position, velocity); -1 per step, 200-step limit."""
 
     env_id = "MountainCar-v0"
+    fused_task = "MountainCar-v0"  # algorithms/fused/mountain_car.py implements these dynamics
     max_episode_steps_default = 200
     goal_position, force, gravity = 0.5, 0.001, 0.0025
     observation_space = _box([-1.2, -0.07], [0.6, 0.07])
