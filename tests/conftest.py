@@ -43,24 +43,30 @@ def need_tool(name: str, required: bool = False) -> str:
 
 
 HEAVY_MODULES = {
-    "tests/test_readme.py": 100,
-    "tests/runners/test_fused_training.py": 80,
-    "tests/envs/test_mjlab.py": 75,
-    "tests/algorithms/test_offpolicy.py": 60,
-    "tests/reliability/test_faults.py": 45,
-    "tests/runners/test_locomotion_training.py": 36,
-    "tests/runners/test_distributed.py": 34,
-    "tests/envs/test_mjlab_cameras.py": 31,
-    "tests/algorithms/test_fused.py": 42,
-    "tests/robot/test_deploy_readme.py": 23,
-    "tests/envs/test_mjlab_masked.py": 20,
-    "tests/envs/test_mjlab_noise.py": 19,
-    "tests/runners/test_worker_rollouts.py": 18,
-    "tests/robot/test_observations.py": 16,
-    "tests/test_deploy_install.py": 15,
+    "tests/test_readme.py": 155,
+    "tests/envs/test_mjlab.py": 143,
+    "tests/algorithms/test_offpolicy.py": 93,
+    "tests/runners/test_fused_training.py": 89,
+    "tests/runners/test_locomotion_training.py": 86,
+    "tests/reliability/test_faults.py": 74,
+    "tests/envs/test_mjlab_masked.py": 73,
+    "tests/algorithms/test_fused.py": 56,
+    "tests/runners/test_distributed.py": 37,
+    "tests/envs/test_mjlab_cameras.py": 34,
+    "tests/runners/test_train_e2e.py": 33,
+    "tests/test_deploy_install.py": 31,
+    "tests/runners/test_worker_rollouts.py": 30,
+    "tests/test_cli.py": 27,
+    "tests/robot/test_deploy_readme.py": 24,
+    "tests/runners/test_gpu_backend_training.py": 23,
+    "tests/envs/test_mjlab_noise.py": 23,
+    "tests/export/test_mjlab_onnx.py": 19,
+    "tests/test_cache_warm.py": 19,
+    "tests/envs/test_mjlab_terms.py": 18,
 }
-"""Test modules and about how many seconds their tests take on the 2-core CI box (pytest's
-``--durations`` on 2026-12-06): the heaviest, spread over the workers' first chunks."""
+"""Test modules and about how many seconds their tests take on the 2-core CI box, three
+workers (the 60 slowest of pytest's ``--durations`` summed per module, 2026-12-06 at 04341d9):
+the heaviest, spread over the workers' first chunks."""
 
 
 def _spread_heavy_modules(config, items) -> None:
