@@ -42,13 +42,13 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
-# Four workers (pytest-xdist) on the 2-core CI box: many tests wait (subprocesses starting,
-# DDS and UDP on loopback, real-time loops), and the third and fourth fill a core a waiting one
+# Three workers (pytest-xdist) on the 2-core CI box: many tests wait (subprocesses starting,
+# DDS and UDP on loopback, real-time loops), and a third worker fills a core the waiting one
 # leaves idle; tests that talk over the network use their own ports and DDS domains.
 # worksteal: an idle worker takes queued tests from a busy one (the long subprocess tests
 # otherwise leave a core idle at the end).
 test: lint
-	$(PY) -m pytest -q -n 4 --dist worksteal
+	$(PY) -m pytest -q -n 3 --dist worksteal
 
 format: $(STAMP)
 	$(VENV)/bin/ruff check --fix .
