@@ -47,15 +47,14 @@ GPU_RUNS = {  # --device cuda: the fused CartPole kernels (ppo.fused=auto), Pure
                            "--total-steps", "500000", "--seed", "1"],
 }  # fmt: skip
 
-CLOCK_WORDS = ("time", "per_s", "_s/", "wall", "fps", "sps", "latency", "seconds", "eta")
+CLOCK_KEYS = {"time_s", "steps_per_s", "wall_time_s"}
+CLOCK_PREFIXES = ("perf/", "gpu/")  # the loop's phase timings; the allocator's memory figures
 
 
 def is_clock(key: str) -> bool:
-    """A figure that reads a clock (or is made from one): it differs run to run by nature."""
-    k = key.lower()
-    if k.startswith("gpu/"):  # the allocator's figures (memory, not a curve)
-        return True
-    return any(w in k for w in CLOCK_WORDS) or k.endswith("_s") or k.endswith("_ms")
+    """A figure that reads a clock (or the allocator): it differs run to run by nature. Named
+    exactly: a curve such as mjlab's ``Episode_Termination/time_out`` is compared."""
+    return key in CLOCK_KEYS or key.startswith(CLOCK_PREFIXES)
 
 
 def run_one(name: str, args: list[str], workdir: Path, source: Path | None, device: str) -> dict:
